@@ -1,0 +1,63 @@
+# zerohttpd-suite: `make` builds every server whose NN_name/main.c exists;
+# `make test` and `make sweep` install what they need first (see tools/deps.sh).
+
+SERVERS := iterative forking preforked threaded prethreaded poll epoll io_uring
+SRCS    := $(wildcard [0-9][0-9]_*/main.c)
+# A server is built when its source exists: [0-9][0-9]_NAME/main.c.
+src_of   = $(wildcard [0-9][0-9]_$(1)/main.c)
+BINS    := $(foreach s,$(SERVERS),$(if $(call src_of,$(s)),$(s)))
+ASAN    := $(addprefix asan/,$(BINS))
+
+WARNINGS    := -Wall -Wextra -Wshadow -Wformat=2 -Wstrict-prototypes \
+               -Wmissing-prototypes -Werror
+CFLAGS      := -std=gnu11 -O2 -g $(WARNINGS)
+ASAN_CFLAGS := -std=gnu11 -O1 -g -fno-omit-frame-pointer \
+               -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+               $(WARNINGS)
+LDLIBS          := -pthread
+LDLIBS_io_uring := -luring
+PORT        ?= 8000
+
+.PHONY: all asan check-sync format format-check deps test demo sweep \
+        sweep-full clean
+all: $(BINS)
+asan: $(ASAN)
+
+# Secondary expansion lets a binary name find its numbered directory.
+.SECONDEXPANSION:
+$(BINS): $$(call src_of,$$@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS) $(LDLIBS_$@)
+$(ASAN): $$(call src_of,$$(notdir $$@))
+	@mkdir -p $(@D)
+	$(CC) $(ASAN_CFLAGS) -o $@ $< $(LDLIBS) $(LDLIBS_$(notdir $@))
+
+check-sync:
+	tools/check-sync
+
+format:
+	$(if $(SRCS),clang-format -i $(SRCS),@echo "no NN_*/main.c to format")
+format-check:
+	$(if $(SRCS),clang-format --dry-run --Werror $(SRCS),@echo "no NN_*/main.c to check")
+
+deps:
+	tools/deps.sh
+
+# The interpreter is picked inside each recipe, after deps has installed it.
+test: deps
+	$(MAKE) all asan check-sync
+	py=$$(tools/python pytest) && "$$py" -m pytest tests/ -v -rs $(PYTEST_ARGS)
+
+demo: deps
+	$(MAKE) all
+	tools/demo.sh $(PORT)
+
+sweep: deps
+	$(MAKE) all
+	py=$$(tools/python matplotlib) && "$$py" loadtest/sweep --quick
+sweep-full: deps
+	$(MAKE) all
+	py=$$(tools/python matplotlib) && "$$py" loadtest/sweep
+
+clean:
+	rm -f $(SERVERS)
+	rm -rf asan .pytest_cache tests/__pycache__ loadtest/__pycache__
