@@ -1,0 +1,1493 @@
+/*
+ * 03_preforked: a fixed pool of worker processes, each blocking in accept().
+ *
+ * The model. At start the parent forks ZEROHTTPD_WORKERS workers (default
+ * 32). Each worker loops: accept() on the shared listening socket, serve that
+ * client to the end, accept again. The kernel hands each new connection to
+ * one waiting worker. The parent only supervises: it sleeps in sigsuspend(),
+ * replaces a worker that dies, and on SIGINT/SIGTERM stops them all.
+ *
+ * One request's life:
+ *   worker: accept() -> serve_connection() (as in 01) -> accept() ...
+ *   parent: sigsuspend() -> SIGCHLD -> waitpid() -> fork() a replacement
+ *
+ * What it gains: no fork() per connection (the pool is paid for once), and
+ * each worker keeps one Redis connection for its whole life.
+ * What it costs: the pool size is the concurrency limit. With keep-alive, N
+ * idle clients can hold all N workers while everyone else waits in the
+ * listen queue until the 5 s idle timeout frees one.
+ * The thundering herd: many processes blocked in accept() on one socket.
+ * Old kernels woke them all for every connection; Linux wakes just one
+ * (exclusive wait), so here the herd is quiet. It returns with poll/epoll
+ * over a shared socket, see 06 and 07.
+ * Where it breaks: when concurrent clients outnumber workers, and when the
+ * pool is made so large that memory (one process each) runs out.
+ *
+ * Diff with: 02_forking/main.c (a process per connection) and
+ * 05_prethreaded/main.c (the same pool, made of threads).
+ * Run: ZEROHTTPD_WORKERS=32 ./preforked [port [redis-host [redis-port]]]
+ */
+
+/* ===== Includes, constants and limits ===== */
+
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- shared: config ---- */
+/* Tunables shared by all eight servers; DESIGN.md gives their reasons. */
+#define DEFAULT_PORT       8000
+#define DEFAULT_REDIS_HOST "127.0.0.1"
+#define DEFAULT_REDIS_PORT 6379
+#define LISTEN_BACKLOG     16384 /* the kernel caps it at somaxconn */
+#define MAX_HEAD           8192  /* request line + headers, else 431 */
+#define MAX_URI            4096  /* request target, else 414 */
+#define MAX_METHOD         16    /* longer than any method we know */
+#define MAX_BODY           16384 /* POST body, else 413 */
+#define CONN_BUF_SIZE      (MAX_HEAD + MAX_BODY) /* one whole request fits */
+#define IDLE_TIMEOUT_MS    5000        /* keep-alive wait between requests */
+#define REQUEST_TIMEOUT_MS 10000       /* first byte to last byte of one */
+#define LINGER_MS          500         /* drain unread input before close */
+#define LINGER_MAX_BYTES   (64 * 1024) /* ...but no more than this */
+#define REDIS_TIMEOUT_MS   1000        /* connect or reply: 503 after this */
+#define STRBUF_MAX         (4 << 20)   /* largest page or Redis reply */
+#define RESP_MAX_LINE      64          /* a RESP type line: type + number */
+#define RESP_MAX_DEPTH     4           /* nested arrays we follow */
+#define RESP_MAX_ITEMS     128         /* strings in one reply */
+#define GUESTBOOK_SHOWN    "100"       /* newest remarks on the page */
+#define MAX_REMARK         2000        /* bytes after decoding, else 400 */
+#define MAX_NAME           100         /* bytes after decoding, else 400 */
+#define PUBLIC_DIR         "public"
+#define TEMPLATE_PATH      "templates/guestbook/index.html"
+#define TEMPLATE_MAX       (256 * 1024) /* refuse a runaway template */
+#define STATUS_CLASSES     6            /* 1xx..5xx, index by status / 100 */
+/* ---- end shared: config ---- */
+
+/* This model's own settings. */
+#define SERVER_NAME     "preforked"
+#define KEEP_ALIVE      true  /* a worker waits for one client's next request */
+#define ACCEPT_WAKE_MS  1000  /* how late a stop request may be noticed */
+#define SEND_TIMEOUT_MS 10000 /* a reader that stops reading is dropped */
+#define EMFILE_PAUSE_MS 10    /* out of descriptors: wait, then retry */
+#define DEFAULT_WORKERS 32    /* ZEROHTTPD_WORKERS overrides */
+#define MAX_WORKERS     4096  /* a sanity bound, well under pid_max */
+
+/* ===== Types ===== */
+
+/* ---- shared: types ---- */
+enum parse_result { PARSE_AGAIN, PARSE_DONE, PARSE_ERROR };
+
+enum method { METHOD_GET, METHOD_HEAD, METHOD_POST, METHOD_OTHER };
+
+enum parse_state {
+    S_METHOD,     /* reading the method token */
+    S_URI,        /* reading the request target */
+    S_VERSION,    /* reading "HTTP/x.y" */
+    S_REQUEST_LF, /* saw CR after the version */
+    S_HEADER,     /* at the start of a header line (or the blank line) */
+    S_NAME,       /* reading a header name */
+    S_VALUE,      /* reading a header value */
+    S_HEADER_LF,  /* saw CR after a header value */
+    S_BLANK_LF    /* saw CR on the blank line */
+};
+
+/* One request as the parser sees it. Positions are offsets into the
+ * connection's buffer, which stays put until the request is answered. */
+struct http_request {
+    enum parse_state state; /* where the parser stopped, to resume there */
+    size_t pos;             /* next byte to look at */
+    size_t tok;             /* start of the token being read */
+    size_t name, name_len;  /* the header whose value is being read */
+    size_t value_end;       /* end of that value (before CR) */
+    enum method method;
+    size_t uri, uri_len;
+    int minor;                /* HTTP/1.<minor> */
+    long long content_length; /* -1 when absent */
+    bool has_host, has_type, form_type, chunked;
+    bool close, keep_alive_asked; /* Connection: close / keep-alive */
+    bool keep_alive;              /* decided once the head is parsed */
+    size_t body;                  /* offset of the first body byte */
+    int status;                   /* the error when PARSE_ERROR */
+};
+
+/* A growable byte buffer, bounded by STRBUF_MAX. */
+struct strbuf {
+    char *data;
+    size_t len, cap;
+};
+
+/* A Redis reply being framed; see resp_parse(). */
+struct resp_reply {
+    size_t pos;                     /* start of the next unparsed element */
+    int depth;                      /* arrays still open */
+    long long left[RESP_MAX_DEPTH]; /* elements each open array still owes */
+    char type;                      /* top-level type: + - : $ * */
+    long long integer;              /* ':' value, or '$'/'*' length */
+    size_t nitems;                  /* strings found, in reply order */
+    struct {
+        size_t off, len;
+    } item[RESP_MAX_ITEMS]; /* where they are in the reply buffer */
+};
+
+/* Counters shared by every process and thread of a server (mmap'd shared, so
+ * forked children count too); updated with atomics. */
+struct stats {
+    unsigned long served;
+    unsigned long by_class[STATUS_CLASSES];
+};
+
+/* What the whole server knows, set up once in main(). */
+struct server {
+    int port;
+    struct sockaddr_storage redis_addr; /* resolved once at start */
+    socklen_t redis_addr_len;
+    int listen_fd;
+    int public_fd;  /* O_PATH handle on public/, root for openat2 */
+    char *template; /* the guestbook page, NULL if unreadable */
+    size_t template_len;
+    bool log; /* ZEROHTTPD_LOG=1 */
+    struct stats *stats;
+};
+
+enum route { ROUTE_STATIC, ROUTE_PAGE, ROUTE_POST, ROUTE_ERROR };
+/* ---- end shared: types ---- */
+
+/* A Redis connection and its buffers; one per worker in blocking models. */
+struct redis {
+    int fd;            /* -1 while disconnected */
+    struct strbuf out; /* the command being sent */
+    struct strbuf in;  /* reply bytes as they arrive */
+    struct resp_reply reply;
+};
+
+/* One client connection, from accept() to close(). */
+struct conn {
+    int fd;
+    char *buf;  /* CONN_BUF_SIZE bytes: the request(s) read so far */
+    size_t len; /* bytes in buf */
+    struct http_request req;
+    struct strbuf out;  /* the response head (and body, unless a file) */
+    struct strbuf work; /* scratch: the rendered guestbook entries */
+    struct redis *redis;
+};
+
+static struct server server;
+static volatile sig_atomic_t stop_requested; /* set by SIGINT/SIGTERM */
+
+/* ===== Small utilities ===== */
+
+/* ---- shared: util ---- */
+/* Start-up failures only: per-connection trouble never ends the server. */
+static void die(const char *what)
+{
+    fprintf(stderr, "%s: %s: %s\n", SERVER_NAME, what, strerror(errno));
+    exit(1);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool sb_reserve(struct strbuf *b, size_t extra)
+{
+    if (b->len + extra <= b->cap)
+        return true;
+    if (b->len + extra > STRBUF_MAX)
+        return false;
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->len + extra)
+        cap *= 2;
+    char *data = realloc(b->data, cap);
+    if (!data)
+        return false;
+    b->data = data;
+    b->cap = cap;
+    return true;
+}
+
+static bool sb_append(struct strbuf *b, const void *data, size_t n)
+{
+    if (!sb_reserve(b, n))
+        return false;
+    memcpy(b->data + b->len, data, n);
+    b->len += n;
+    return true;
+}
+
+static bool sb_puts(struct strbuf *b, const char *s)
+{
+    return sb_append(b, s, strlen(s));
+}
+
+__attribute__((format(printf, 2, 3))) static bool
+sb_printf(struct strbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || !sb_reserve(b, (size_t)n + 1))
+        return false;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return true;
+}
+
+static void sb_free(struct strbuf *b)
+{
+    free(b->data);
+    *b = (struct strbuf){0};
+}
+
+/* Does the counted string a equal b: exactly, or ignoring case. */
+static bool eq(const char *a, size_t alen, const char *b)
+{
+    return alen == strlen(b) && memcmp(a, b, alen) == 0;
+}
+
+static bool ieq(const char *a, size_t alen, const char *b)
+{
+    return alen == strlen(b) && strncasecmp(a, b, alen) == 0;
+}
+/* ---- end shared: util ---- */
+
+/* ===== HTTP: parsing requests, building responses ===== */
+
+/* ---- shared: http_parser ---- */
+/* RFC 9110 token characters: what a method or header name may contain. */
+static bool is_tchar(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static enum parse_result parse_fail(struct http_request *r, int status)
+{
+    r->status = status;
+    r->keep_alive = false;
+    return PARSE_ERROR;
+}
+
+static int parse_method(struct http_request *r, const char *m, size_t len)
+{
+    if (len == 0)
+        return 400;
+    r->method = eq(m, len, "GET")    ? METHOD_GET
+                : eq(m, len, "HEAD") ? METHOD_HEAD
+                : eq(m, len, "POST")
+                    ? METHOD_POST
+                    : METHOD_OTHER; /* methods are case-sensitive */
+    return 0;
+}
+
+/* "HTTP/1.0" and "HTTP/1.1" are served; other well-formed versions get 505. */
+static int parse_version(struct http_request *r, const char *v, size_t len)
+{
+    if (len != 8 || memcmp(v, "HTTP/", 5) != 0 || v[6] != '.' || v[5] < '0' ||
+        v[5] > '9' || v[7] < '0' || v[7] > '9')
+        return 400;
+    if (v[5] != '1' || (v[7] != '0' && v[7] != '1'))
+        return 505;
+    r->minor = v[7] - '0';
+    return 0;
+}
+
+/* Content-Length: digits only, once; anything else is a smuggling risk. */
+static int parse_length(struct http_request *r, const char *v, size_t len)
+{
+    if (r->content_length >= 0 || len == 0 || len > 9)
+        return 400;
+    long long n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return 400;
+        n = n * 10 + (v[i] - '0');
+    }
+    r->content_length = n;
+    return 0;
+}
+
+/* Connection: a comma-separated list; we care about two tokens. */
+static void parse_connection(struct http_request *r, const char *v, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < len && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
+            i++;
+        if (ieq(v + start, i - start, "close"))
+            r->close = true;
+        else if (ieq(v + start, i - start, "keep-alive"))
+            r->keep_alive_asked = true;
+    }
+}
+
+/* One complete header line: trim the value and note what we need. */
+static int header_done(struct http_request *r, const char *buf)
+{
+    const char *name = buf + r->name, *v = buf + r->tok;
+    size_t len = r->value_end - r->tok;
+    while (len && (*v == ' ' || *v == '\t'))
+        v++, len--;
+    while (len && (v[len - 1] == ' ' || v[len - 1] == '\t'))
+        len--;
+    if (ieq(name, r->name_len, "Content-Length"))
+        return parse_length(r, v, len);
+    if (ieq(name, r->name_len, "Transfer-Encoding"))
+        return 501; /* no chunked bodies: refuse rather than misframe */
+    if (ieq(name, r->name_len, "Connection"))
+        parse_connection(r, v, len);
+    if (ieq(name, r->name_len, "Host")) {
+        if (r->has_host)
+            return 400;
+        r->has_host = true;
+    }
+    if (ieq(name, r->name_len, "Content-Type")) {
+        static const char form[] = "application/x-www-form-urlencoded";
+        size_t n = sizeof form - 1;
+        r->has_type = true;
+        r->form_type = len >= n && strncasecmp(v, form, n) == 0 &&
+                       (len == n || v[n] == ';' || v[n] == ' ');
+    }
+    return 0;
+}
+
+/* The head is complete: the checks that need all of it. */
+static enum parse_result head_done(struct http_request *r)
+{
+    if (r->minor == 1 && !r->has_host)
+        return parse_fail(r, 400);
+    if (r->method == METHOD_POST && r->content_length < 0)
+        return parse_fail(r, 411);
+    if (r->content_length > MAX_BODY)
+        return parse_fail(r, 413);
+    r->keep_alive =
+        KEEP_ALIVE && !r->close && (r->minor == 1 || r->keep_alive_asked);
+    return PARSE_DONE;
+}
+
+/* Resumable request-head parser (the shape of nginx's and sehttpd's): it
+ * consumes buf[r->pos..len), saves its state and position, and returns
+ * PARSE_AGAIN to be called again with more bytes. PARSE_DONE leaves r->body
+ * at the first body byte; PARSE_ERROR leaves the status in r->status. */
+static enum parse_result http_parse(struct http_request *r, const char *buf,
+                                    size_t len)
+{
+    for (; r->pos < len; r->pos++) {
+        unsigned char c = (unsigned char)buf[r->pos];
+        size_t n = r->pos - r->tok; /* length of the token so far */
+        int status = 0;
+        if (r->pos >= MAX_HEAD)
+            return parse_fail(r, r->state == S_URI ? 414 : 431);
+        switch (r->state) {
+        case S_METHOD:
+            if ((c == '\r' || c == '\n') && n == 0)
+                r->tok = r->pos + 1; /* stray blank line before a request */
+            else if (c == ' ') {
+                status = parse_method(r, buf + r->tok, n);
+                r->state = S_URI;
+                r->tok = r->pos + 1;
+            } else if (!is_tchar(c) || n >= MAX_METHOD)
+                status = 400;
+            break;
+        case S_URI:
+            if (c == ' ' && n > 0) {
+                r->uri = r->tok;
+                r->uri_len = n;
+                r->state = S_VERSION;
+                r->tok = r->pos + 1;
+            } else if (c <= ' ' || c == 0x7f)
+                status = 400;
+            else if (n >= MAX_URI)
+                status = 414;
+            break;
+        case S_VERSION:
+            if (c == '\r' || c == '\n') {
+                status = parse_version(r, buf + r->tok, n);
+                r->state = c == '\r' ? S_REQUEST_LF : S_HEADER;
+            } else if (n >= 8)
+                status = 400;
+            break;
+        case S_REQUEST_LF:
+        case S_HEADER_LF:
+            if (c != '\n')
+                status = 400;
+            else if (r->state == S_HEADER_LF)
+                status = header_done(r, buf);
+            r->state = S_HEADER;
+            break;
+        case S_HEADER:
+            r->tok = r->pos;
+            if (c == '\r')
+                r->state = S_BLANK_LF;
+            else if (c == '\n') {
+                r->body = ++r->pos;
+                return head_done(r);
+            } else if (is_tchar(c))
+                r->state = S_NAME;
+            else
+                status = 400; /* includes obsolete line folding */
+            break;
+        case S_NAME:
+            if (c == ':' && n > 0) {
+                r->name = r->tok;
+                r->name_len = n;
+                r->tok = r->pos + 1;
+                r->state = S_VALUE;
+            } else if (!is_tchar(c))
+                status = 400;
+            break;
+        case S_VALUE:
+            if (c == '\r' || c == '\n') {
+                r->value_end = r->pos;
+                if (c == '\n')
+                    status = header_done(r, buf);
+                r->state = c == '\r' ? S_HEADER_LF : S_HEADER;
+            } else if ((c < ' ' && c != '\t') || c == 0x7f)
+                status = 400;
+            break;
+        case S_BLANK_LF:
+            if (c != '\n')
+                return parse_fail(r, 400);
+            r->body = ++r->pos;
+            return head_done(r);
+        }
+        if (status)
+            return parse_fail(r, status);
+    }
+    return PARSE_AGAIN;
+}
+
+static void http_request_init(struct http_request *r)
+{
+    *r = (struct http_request){.content_length = -1, .minor = 1};
+}
+
+/* Bytes the whole request (head and body) occupies in the buffer. */
+static size_t request_size(const struct http_request *r)
+{
+    return r->body + (size_t)(r->content_length > 0 ? r->content_length : 0);
+}
+/* ---- end shared: http_parser ---- */
+
+/* ---- shared: http_response ---- */
+static const char *reason_phrase(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 301: return "Moved Permanently";
+    case 303: return "See Other";
+    case 400: return "Bad Request";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Internal Server Error";
+    }
+}
+
+/* Status line and headers. `Connection` only where it differs from the
+ * version's default: HTTP/1.1 keeps, HTTP/1.0 closes. */
+static bool format_head(struct strbuf *out, const struct http_request *r,
+                        int status, const char *type, size_t length,
+                        const char *extra)
+{
+    char date[64];
+    struct tm tm;
+    time_t t = time(NULL);
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&t, &tm));
+    const char *conn = "";
+    if (r->minor == 1 && !r->keep_alive)
+        conn = "Connection: close\r\n";
+    else if (r->minor == 0 && r->keep_alive)
+        conn = "Connection: keep-alive\r\n";
+    return sb_printf(out,
+                     "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: zerohttpd/%s\r\n"
+                     "Content-Length: %zu\r\nContent-Type: %s\r\n%s%s\r\n",
+                     status, reason_phrase(status), date, SERVER_NAME, length,
+                     type, conn, extra ? extra : "");
+}
+
+/* A complete small response with an HTML body: errors and redirects. */
+static bool format_error(struct strbuf *out, const struct http_request *r,
+                         int status, const char *extra)
+{
+    char body[256];
+    int n =
+        snprintf(body, sizeof body,
+                 "<!DOCTYPE html>\n<html><head><title>%d %s</title></head>"
+                 "<body><h1>%d %s</h1></body></html>\n",
+                 status, reason_phrase(status), status, reason_phrase(status));
+    if (n < 0 || (size_t)n >= sizeof body)
+        return false;
+    return format_head(out, r, status, "text/html; charset=utf-8", (size_t)n,
+                       extra) &&
+           (r->method == METHOD_HEAD || sb_append(out, body, (size_t)n));
+}
+
+/* Every answered request passes here once: counters, then the access log. */
+static void count_response(const struct http_request *r, const char *buf,
+                           int status, size_t bytes)
+{
+    __atomic_fetch_add(&server.stats->served, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&server.stats->by_class[status / 100 % STATUS_CLASSES],
+                       1, __ATOMIC_RELAXED);
+    if (server.log)
+        fprintf(stderr, "%s %.*s %d %zu\n",
+                r->method == METHOD_GET    ? "GET"
+                : r->method == METHOD_HEAD ? "HEAD"
+                : r->method == METHOD_POST ? "POST"
+                                           : "-",
+                (int)r->uri_len, buf + r->uri, status, bytes);
+}
+/* ---- end shared: http_response ---- */
+
+/* ===== Static files ===== */
+
+/* ---- shared: static_files ---- */
+static const char *mime_type(const char *path)
+{
+    static const char *const table[][2] = {
+        {"html", "text/html; charset=utf-8"},
+        {"htm", "text/html; charset=utf-8"},
+        {"css", "text/css; charset=utf-8"},
+        {"js", "text/javascript; charset=utf-8"},
+        {"json", "application/json"},
+        {"txt", "text/plain; charset=utf-8"},
+        {"png", "image/png"},
+        {"jpg", "image/jpeg"},
+        {"jpeg", "image/jpeg"},
+        {"gif", "image/gif"},
+        {"svg", "image/svg+xml"},
+        {"ico", "image/x-icon"},
+        {"webp", "image/webp"},
+        {"woff2", "font/woff2"},
+        {"pdf", "application/pdf"},
+    };
+    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+    if (dot && (!slash || dot > slash))
+        for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+            if (strcasecmp(dot + 1, table[i][0]) == 0)
+                return table[i][1];
+    return "application/octet-stream";
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes in[0..len) into out (NUL-terminated). Returns the decoded
+ * length, -1 for a bad escape or a NUL byte, -2 if it does not fit in size. */
+static long url_decode(const char *in, size_t len, char *out, size_t size,
+                       bool plus_is_space)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = in[i];
+        if (c == '%') {
+            int hi = i + 2 < len ? hex_value(in[i + 1]) : -1;
+            int lo = hi >= 0 ? hex_value(in[i + 2]) : -1;
+            if (lo < 0)
+                return -1;
+            c = (char)(hi * 16 + lo);
+            i += 2;
+        } else if (c == '+' && plus_is_space)
+            c = ' ';
+        if (c == '\0')
+            return -1;
+        if (n + 1 >= size)
+            return -2;
+        out[n++] = c;
+    }
+    out[n] = '\0';
+    return (long)n;
+}
+
+/* Decodes the request target's path once and refuses what could escape
+ * public/ lexically: `..` segments, backslashes, control bytes. Symlinks are
+ * openat2's job. Returns 0 or an HTTP status. */
+static int decode_path(const char *uri, size_t len, char *path, size_t size)
+{
+    const char *query = memchr(uri, '?', len);
+    if (query)
+        len = (size_t)(query - uri);
+    if (len == 0 || uri[0] != '/')
+        return 400;
+    long n = url_decode(uri, len, path, size, false);
+    if (n < 0)
+        return n == -2 ? 414 : 400;
+    for (long i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)path[i];
+        if (c < ' ' || c == 0x7f || c == '\\')
+            return 400;
+        if (c == '/' && path[i + 1] == '.' && path[i + 2] == '.' &&
+            (path[i + 3] == '/' || path[i + 3] == '\0'))
+            return 400;
+    }
+    return 0;
+}
+
+/* Opens a file beneath public/ for reading: the kernel refuses any path,
+ * symlink included, that would leave the directory. Returns the fd, or -1
+ * with *status set (301 for a directory named without its slash). */
+static int open_public(char *path, size_t size, struct stat *st, int *status)
+{
+    size_t len = strlen(path);
+    if (path[len - 1] == '/') {
+        if (len + sizeof "index.html" > size) {
+            *status = 414;
+            return -1;
+        }
+        memcpy(path + len, "index.html", sizeof "index.html");
+    }
+    /* O_NONBLOCK: a FIFO dropped into public/ must not hang the open. */
+    struct open_how how = {.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+    int fd =
+        (int)syscall(SYS_openat2, server.public_fd, path + 1, &how, sizeof how);
+    if (fd < 0) {
+        *status = errno == EACCES                      ? 403
+                  : errno == EMFILE || errno == ENFILE ? 503
+                                                       : 404;
+        return -1;
+    }
+    bool known = fstat(fd, st) == 0;
+    if (known && S_ISREG(st->st_mode))
+        return fd;
+    *status = known && S_ISDIR(st->st_mode) ? 301 : 404;
+    close(fd);
+    return -1;
+}
+/* ---- end shared: static_files ---- */
+
+/* ===== Redis RESP client ===== */
+
+/* ---- shared: resp ---- */
+/* A command as a RESP array of bulk strings (binary-safe by length). */
+static bool resp_format(struct strbuf *out, int argc, const char *const argv[])
+{
+    if (!sb_printf(out, "*%d\r\n", argc))
+        return false;
+    for (int i = 0; i < argc; i++)
+        if (!sb_printf(out, "$%zu\r\n", strlen(argv[i])) ||
+            !sb_puts(out, argv[i]) || !sb_append(out, "\r\n", 2))
+            return false;
+    return true;
+}
+
+static bool parse_integer(const char *s, const char *end, long long *out)
+{
+    bool neg = s < end && *s == '-';
+    s += neg;
+    if (s == end || end - s > 18)
+        return false;
+    long long n = 0;
+    for (; s < end; s++) {
+        if (*s < '0' || *s > '9')
+            return false;
+        n = n * 10 + (*s - '0');
+    }
+    *out = neg ? -n : n;
+    return true;
+}
+
+/* Frames one RESP2 reply in buf[0..len), resumably: it advances r->pos over
+ * whole elements only, so a reply arriving in pieces is never parsed twice
+ * past its last complete element. Strings (simple, error, bulk) are recorded
+ * in r->item in order; r->pos is the reply's size when PARSE_DONE. */
+static enum parse_result resp_parse(struct resp_reply *r, const char *buf,
+                                    size_t len)
+{
+    while (r->pos < len) {
+        const char *line = buf + r->pos;
+        const char *crlf = memmem(line, len - r->pos, "\r\n", 2);
+        if (!crlf)
+            return len - r->pos > RESP_MAX_LINE ? PARSE_ERROR : PARSE_AGAIN;
+        size_t head = (size_t)(crlf - line) + 2, size = head;
+        long long n = 0;
+        char type = line[0];
+        if (strchr(":$*", type) && !parse_integer(line + 1, crlf, &n))
+            return PARSE_ERROR;
+        if (!strchr("+-:$*", type) || n > STRBUF_MAX)
+            return PARSE_ERROR;
+        if (type == '$' && n >= 0) {
+            size += (size_t)n + 2;
+            if (len - r->pos < size)
+                return PARSE_AGAIN; /* the bulk string is not all here yet */
+            if (memcmp(line + head + n, "\r\n", 2) != 0)
+                return PARSE_ERROR;
+        }
+        if (r->depth == 0) {
+            r->type = type;
+            r->integer = n;
+        }
+        if (type == '+' || type == '-' || (type == '$' && n >= 0)) {
+            if (r->nitems == RESP_MAX_ITEMS)
+                return PARSE_ERROR;
+            r->item[r->nitems].off = r->pos + (type == '$' ? head : 1);
+            r->item[r->nitems++].len = type == '$' ? (size_t)n : head - 3;
+        }
+        r->pos += size;
+        if (type == '*' && n > 0) {
+            if (r->depth == RESP_MAX_DEPTH)
+                return PARSE_ERROR;
+            r->left[r->depth++] = n;
+            continue;
+        }
+        while (r->depth > 0 && --r->left[r->depth - 1] == 0)
+            r->depth--; /* this element completed its array */
+        if (r->depth == 0)
+            return PARSE_DONE;
+    }
+    return PARSE_AGAIN;
+}
+/* ---- end shared: resp ---- */
+
+/* ---- shared: blocking_io ---- */
+/* Waits until fd is readable or the deadline passes. A stop request (EINTR
+ * with the flag set) counts as a timeout: the caller closes. */
+static bool wait_readable(int fd, int64_t deadline)
+{
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0 || stop_requested)
+            return false;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int n = poll(&p, 1, (int)left);
+        if (n > 0)
+            return true;
+        if (n < 0 && errno != EINTR)
+            return false;
+    }
+}
+
+/* send() until done. SO_SNDTIMEO bounds each wait for a stalled reader. */
+static bool send_all(int fd, const char *data, size_t len, int flags)
+{
+    while (len > 0) {
+        ssize_t n = send(fd, data, len, flags | MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR && !stop_requested)
+            continue;
+        if (n <= 0)
+            return false;
+        data += n;
+        len -= (size_t)n;
+    }
+    return true;
+}
+
+static bool send_file(int fd, int file, off_t size)
+{
+    off_t offset = 0;
+    while (offset < size) {
+        ssize_t n = sendfile(fd, file, &offset, (size_t)(size - offset));
+        if (n < 0 && errno == EINTR && !stop_requested)
+            continue;
+        if (n <= 0)
+            return false; /* file shrank, or the peer went away */
+    }
+    return true;
+}
+
+static void set_timeout(int fd, int option, int ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = ms % 1000 * 1000};
+    setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv); /* best effort */
+}
+
+/* Closes after an error without losing the response: a close() with unread
+ * input makes the kernel send RST, which can destroy the reply in flight. So
+ * half-close, then read and drop what the client still sends, briefly. */
+static void close_lingering(int fd)
+{
+    char sink[4096];
+    size_t drained = 0;
+    int64_t deadline = now_ms() + LINGER_MS;
+    shutdown(fd, SHUT_WR);
+    while (drained < LINGER_MAX_BYTES && wait_readable(fd, deadline)) {
+        ssize_t n = recv(fd, sink, sizeof sink, 0);
+        if (n <= 0)
+            break;
+        drained += (size_t)n;
+    }
+    close(fd);
+}
+/* ---- end shared: blocking_io ---- */
+
+/* ---- shared: blocking_redis ---- */
+static void redis_disconnect(struct redis *rd)
+{
+    if (rd->fd >= 0)
+        close(rd->fd);
+    rd->fd = -1;
+}
+
+/* Connects with a bounded wait (non-blocking connect, then poll), so a
+ * Redis that is down costs a request about REDIS_TIMEOUT_MS at most. */
+static bool redis_connect(struct redis *rd)
+{
+    rd->fd = socket(server.redis_addr.ss_family,
+                    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (rd->fd < 0)
+        return false;
+    int err = 0, one = 1;
+    socklen_t errlen = sizeof err;
+    if (connect(rd->fd, (struct sockaddr *)&server.redis_addr,
+                server.redis_addr_len) < 0) {
+        struct pollfd p = {.fd = rd->fd, .events = POLLOUT};
+        if (errno != EINPROGRESS || poll(&p, 1, REDIS_TIMEOUT_MS) != 1 ||
+            getsockopt(rd->fd, SOL_SOCKET, SO_ERROR, &err, &errlen) < 0 ||
+            err != 0) {
+            redis_disconnect(rd);
+            return false;
+        }
+    }
+    setsockopt(rd->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    set_timeout(rd->fd, SO_SNDTIMEO, REDIS_TIMEOUT_MS);
+    if (fcntl(rd->fd, F_SETFL, 0) < 0) { /* blocking from here on */
+        redis_disconnect(rd);
+        return false;
+    }
+    return true;
+}
+
+/* One round trip: send a command, wait for its whole reply in rd->reply.
+ * False when Redis is unreachable, slow, garbled or answers an error; the
+ * connection is dropped unless the reply was a clean error, and the next
+ * command reconnects. */
+static bool redis_command(struct redis *rd, int argc, const char *const argv[])
+{
+    int64_t deadline = now_ms() + REDIS_TIMEOUT_MS;
+    rd->out.len = rd->in.len = 0;
+    rd->reply = (struct resp_reply){0};
+    if ((rd->fd < 0 && !redis_connect(rd)) ||
+        !resp_format(&rd->out, argc, argv))
+        return false;
+    if (!send_all(rd->fd, rd->out.data, rd->out.len, 0))
+        goto fail;
+    for (;;) {
+        enum parse_result pr = resp_parse(&rd->reply, rd->in.data, rd->in.len);
+        if (pr == PARSE_DONE)
+            return rd->reply.type != '-';
+        if (pr == PARSE_ERROR || !sb_reserve(&rd->in, 16384) ||
+            !wait_readable(rd->fd, deadline))
+            goto fail;
+        ssize_t n =
+            recv(rd->fd, rd->in.data + rd->in.len, rd->in.cap - rd->in.len, 0);
+        if (n <= 0 && !(n < 0 && errno == EINTR))
+            goto fail;
+        rd->in.len += n > 0 ? (size_t)n : 0;
+    }
+fail:
+    redis_disconnect(rd);
+    return false;
+}
+
+static void redis_free(struct redis *rd)
+{
+    redis_disconnect(rd);
+    sb_free(&rd->out);
+    sb_free(&rd->in);
+}
+/* ---- end shared: blocking_redis ---- */
+
+/* ===== Guestbook rendering ===== */
+
+/* ---- shared: guestbook ---- */
+static bool html_escape(struct strbuf *out, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        const char *e = s[i] == '&'    ? "&amp;"
+                        : s[i] == '<'  ? "&lt;"
+                        : s[i] == '>'  ? "&gt;"
+                        : s[i] == '"'  ? "&quot;"
+                        : s[i] == '\'' ? "&#39;"
+                                       : NULL;
+        if (!(e ? sb_puts(out, e) : sb_append(out, s + i, 1)))
+            return false;
+    }
+    return true;
+}
+
+/* Finds `name` in an x-www-form-urlencoded body and decodes its value into
+ * out (size max + 1). A missing field is empty. Returns the length, -1 for a
+ * malformed value, -2 when longer than max. */
+static long form_field(const char *body, size_t len, const char *name,
+                       char *out, size_t max)
+{
+    size_t name_len = strlen(name);
+    out[0] = '\0';
+    for (size_t i = 0; i < len;) {
+        const char *pair = body + i, *amp = memchr(pair, '&', len - i);
+        size_t pair_len = amp ? (size_t)(amp - pair) : len - i;
+        if (pair_len > name_len && pair[name_len] == '=' &&
+            memcmp(pair, name, name_len) == 0)
+            return url_decode(pair + name_len + 1, pair_len - name_len - 1, out,
+                              max + 1, true);
+        i += pair_len + 1;
+    }
+    return 0;
+}
+
+/* A POST body to the one Redis list element it becomes, "<name length>:"
+ * then name then remark, so neither can be confused with the other. Returns
+ * 0 or an HTTP status. */
+static int guest_entry(const char *body, size_t len, char *entry, size_t size)
+{
+    char name[MAX_NAME + 1], remark[MAX_REMARK + 1];
+    long nlen = form_field(body, len, "guest-name", name, MAX_NAME);
+    long rlen = form_field(body, len, "guest-remarks", remark, MAX_REMARK);
+    if (nlen < 0 || rlen <= 0)
+        return 400; /* bad escape, too long, or an empty remark */
+    int n = snprintf(entry, size, "%ld:%s%s", nlen, name, remark);
+    return n < 0 || (size_t)n >= size ? 500 : 0;
+}
+
+/* One stored entry as a page paragraph, escaped. An element that is not in
+ * our format is shown whole, as an anonymous remark. */
+static bool render_entry(struct strbuf *out, const char *e, size_t len)
+{
+    long long nlen = 0;
+    const char *colon = memchr(e, ':', len < 4 ? len : 4), *name = e;
+    if (colon && parse_integer(e, colon, &nlen) && nlen >= 0 &&
+        (size_t)nlen <= len - (size_t)(colon + 1 - e))
+        name = colon + 1;
+    else
+        nlen = 0;
+    const char *remark = name + nlen;
+    size_t rlen = len - (size_t)(remark - e);
+    return sb_puts(out, "<p class=\"guest-entry\">") &&
+           html_escape(out, remark, rlen) &&
+           sb_puts(out, " <span class=\"guest-name\">&mdash; ") &&
+           (nlen > 0 ? html_escape(out, name, (size_t)nlen)
+                     : sb_puts(out, "anonymous")) &&
+           sb_puts(out, "</span></p>\n");
+}
+
+/* The LRANGE reply's entries, in order, as HTML. */
+static bool render_remarks(struct strbuf *out, const char *buf,
+                           const struct resp_reply *r)
+{
+    for (size_t i = 0; i < r->nitems; i++)
+        if (!render_entry(out, buf + r->item[i].off, r->item[i].len))
+            return false;
+    return true;
+}
+
+/* 1234567 -> "1,234,567". */
+static void format_count(long long n, char *out, size_t size)
+{
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%lld", n < 0 ? 0 : n);
+    size_t o = 0;
+    for (int i = 0; i < len && o + 2 < size; i++) {
+        if (i > 0 && (len - i) % 3 == 0)
+            out[o++] = ',';
+        out[o++] = digits[i];
+    }
+    out[o] = '\0';
+}
+
+/* The template with its two placeholders filled in. */
+static bool render_page(struct strbuf *out, const struct strbuf *remarks,
+                        long long visitors)
+{
+    static const char rem[] = "$GUEST_REMARKS$", vis[] = "$VISITOR_COUNT$";
+    char count[40];
+    format_count(visitors, count, sizeof count);
+    const char *t = server.template, *end = t + server.template_len;
+    while (t < end) {
+        const char *dollar = memchr(t, '$', (size_t)(end - t));
+        if (!dollar)
+            return sb_append(out, t, (size_t)(end - t));
+        if (!sb_append(out, t, (size_t)(dollar - t)))
+            return false;
+        size_t left = (size_t)(end - dollar);
+        bool ok;
+        if (left >= sizeof rem - 1 &&
+            memcmp(dollar, rem, sizeof rem - 1) == 0) {
+            ok = sb_append(out, remarks->data, remarks->len);
+            t = dollar + sizeof rem - 1;
+        } else if (left >= sizeof vis - 1 &&
+                   memcmp(dollar, vis, sizeof vis - 1) == 0) {
+            ok = sb_puts(out, count);
+            t = dollar + sizeof vis - 1;
+        } else {
+            ok = sb_append(out, "$", 1);
+            t = dollar + 1;
+        }
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+/* ---- end shared: guestbook ---- */
+
+/* ---- shared: route ---- */
+/* Decides what a parsed request is for. The path is decoded into `path`;
+ * ROUTE_ERROR leaves the status in r->status. */
+static enum route route_request(struct http_request *r, const char *buf,
+                                char *path, size_t size)
+{
+    int status = 0;
+    if (r->method == METHOD_OTHER)
+        status = 501;
+    else if ((status = decode_path(buf + r->uri, r->uri_len, path, size)) ==
+             0) {
+        if (strcmp(path, "/guestbook") == 0) {
+            if (r->method != METHOD_POST)
+                return ROUTE_PAGE;
+            if (r->form_type)
+                return ROUTE_POST;
+            status = 415;
+        } else if (r->method == METHOD_POST)
+            status = 405;
+        else
+            return ROUTE_STATIC;
+    }
+    r->status = status;
+    return ROUTE_ERROR;
+}
+/* ---- end shared: route ---- */
+
+/* ===== The concurrency model: serving a connection, blocking ===== */
+
+/* ---- shared: blocking_conn ---- */
+/* Reads until c->buf holds one whole request (head and body), or the client
+ * is done, idle too long, or too slow. Returns PARSE_DONE, PARSE_ERROR (answer
+ * r->status, then close) or PARSE_AGAIN (just close). */
+static enum parse_result read_request(struct conn *c)
+{
+    int64_t deadline =
+        now_ms() + (c->len ? REQUEST_TIMEOUT_MS : IDLE_TIMEOUT_MS);
+    for (;;) {
+        enum parse_result pr = http_parse(&c->req, c->buf, c->len);
+        if (pr == PARSE_ERROR ||
+            (pr == PARSE_DONE && c->len >= request_size(&c->req)))
+            return pr;
+        if (!wait_readable(c->fd, deadline))
+            return PARSE_AGAIN;
+        ssize_t n = recv(c->fd, c->buf + c->len, CONN_BUF_SIZE - c->len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return PARSE_AGAIN;
+        if (c->len == 0) /* the first byte starts the request's clock */
+            deadline = now_ms() + REQUEST_TIMEOUT_MS;
+        c->len += (size_t)n;
+    }
+}
+
+/* Sends c->out, then the file if there is one (MSG_MORE lets the head and
+ * the file's first bytes share a packet). */
+static bool send_response(struct conn *c, int status, int file, off_t size)
+{
+    bool body = file >= 0 && size > 0 && c->req.method != METHOD_HEAD;
+    bool ok = send_all(c->fd, c->out.data, c->out.len, body ? MSG_MORE : 0);
+    if (ok && body)
+        ok = send_file(c->fd, file, size);
+    count_response(&c->req, c->buf, status,
+                   c->out.len + (file >= 0 ? (size_t)size : 0));
+    return ok;
+}
+
+static bool respond_error(struct conn *c, int status, const char *extra)
+{
+    c->out.len = 0;
+    return format_error(&c->out, &c->req, status, extra) &&
+           send_response(c, status, -1, 0);
+}
+
+static bool serve_static(struct conn *c, char *path, size_t size)
+{
+    struct stat st;
+    int status, file = open_public(path, size, &st, &status);
+    if (file < 0 && status == 301) { /* the raw target, plus its slash */
+        const char *uri = c->buf + c->req.uri;
+        const char *query = memchr(uri, '?', c->req.uri_len);
+        int len = (int)(query ? (size_t)(query - uri) : c->req.uri_len);
+        char location[MAX_URI + 64];
+        int n = snprintf(location, sizeof location, "Location: %.*s/\r\n", len,
+                         uri);
+        return respond_error(
+            c, status, n > 0 && (size_t)n < sizeof location ? location : NULL);
+    }
+    if (file < 0)
+        return respond_error(c, status, NULL);
+    c->out.len = 0;
+    bool ok = format_head(&c->out, &c->req, 200, mime_type(path),
+                          (size_t)st.st_size, NULL) &&
+              send_response(c, 200, file, st.st_size);
+    close(file);
+    return ok;
+}
+
+/* GET: three Redis round trips, each awaited, then the page. */
+static bool serve_guestbook(struct conn *c)
+{
+    static const char *const lrange[] = {"LRANGE", "guestbook:remarks",
+                                         "-" GUESTBOOK_SHOWN, "-1"};
+    static const char *const incr[] = {"INCR", "guestbook:visitors"};
+    static const char *const get[] = {"GET", "guestbook:visitors"};
+    struct redis *rd = c->redis;
+    long long visitors = 0;
+    c->work.len = c->out.len = 0;
+    if (!server.template)
+        return respond_error(c, 500, NULL);
+    if (!redis_command(rd, 4, lrange) || rd->reply.type != '*' ||
+        !render_remarks(&c->work, rd->in.data, &rd->reply) ||
+        !redis_command(rd, 2, incr) || !redis_command(rd, 2, get) ||
+        rd->reply.nitems != 1 ||
+        !parse_integer(rd->in.data + rd->reply.item[0].off,
+                       rd->in.data + rd->reply.item[0].off +
+                           rd->reply.item[0].len,
+                       &visitors))
+        return respond_error(c, 503, NULL);
+    struct strbuf page = {0};
+    bool ok = render_page(&page, &c->work, visitors) &&
+              format_head(&c->out, &c->req, 200, "text/html; charset=utf-8",
+                          page.len, NULL) &&
+              (c->req.method == METHOD_HEAD ||
+               sb_append(&c->out, page.data, page.len));
+    sb_free(&page);
+    return ok ? send_response(c, 200, -1, 0) : respond_error(c, 500, NULL);
+}
+
+/* POST: store the remark, then send the browser back to the page. */
+static bool post_guestbook(struct conn *c)
+{
+    char entry[MAX_NAME + MAX_REMARK + 32];
+    int status =
+        guest_entry(c->buf + c->req.body, (size_t)c->req.content_length, entry,
+                    sizeof entry);
+    const char *rpush[] = {"RPUSH", "guestbook:remarks", entry};
+    if (status == 0 &&
+        (!redis_command(c->redis, 3, rpush) || c->redis->reply.type != ':'))
+        status = 503;
+    return respond_error(c, status ? status : 303,
+                         status ? NULL : "Location: /guestbook\r\n");
+}
+
+/* Answers one complete request. False when the connection must close. */
+static bool handle_request(struct conn *c)
+{
+    char path[MAX_URI + sizeof "index.html"];
+    bool ok;
+    switch (route_request(&c->req, c->buf, path, sizeof path)) {
+    case ROUTE_STATIC: ok = serve_static(c, path, sizeof path); break;
+    case ROUTE_PAGE: ok = serve_guestbook(c); break;
+    case ROUTE_POST: ok = post_guestbook(c); break;
+    default: ok = respond_error(c, c->req.status, NULL); break;
+    }
+    return ok && c->req.keep_alive;
+}
+
+/* The whole life of one client: requests in order until either side is
+ * done. Blocks only on this client (and Redis), never on another. */
+static void serve_connection(int fd, struct redis *rd)
+{
+    struct conn c = {.fd = fd, .redis = rd, .buf = malloc(CONN_BUF_SIZE)};
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    set_timeout(fd, SO_SNDTIMEO, SEND_TIMEOUT_MS);
+    bool keep = c.buf != NULL;
+    while (keep) {
+        http_request_init(&c.req);
+        enum parse_result pr = read_request(&c);
+        if (pr == PARSE_ERROR) {
+            respond_error(&c, c.req.status, NULL);
+            close_lingering(fd);
+            fd = -1;
+        }
+        if (pr != PARSE_DONE)
+            break;
+        keep = handle_request(&c);
+        size_t used = request_size(&c.req); /* pipelined bytes move up */
+        memmove(c.buf, c.buf + used, c.len - used);
+        c.len -= used;
+    }
+    if (fd >= 0)
+        close(fd);
+    free(c.buf);
+    sb_free(&c.out);
+    sb_free(&c.work);
+}
+/* ---- end shared: blocking_conn ---- */
+
+/* ---- shared: startup ---- */
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+/* No SA_RESTART: a blocked accept() or poll() returns EINTR, so the loops
+ * notice the flag. SIGPIPE is ignored: a client leaving is not our death. */
+static void install_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGINT, &sa, NULL) < 0 || sigaction(SIGTERM, &sa, NULL) < 0 ||
+        signal(SIGPIPE, SIG_IGN) == SIG_ERR)
+        die("sigaction");
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: %s [port [redis-host [redis-port]]]\n",
+            SERVER_NAME);
+    exit(2);
+}
+
+static int parse_port(const char *s)
+{
+    long long port = 0;
+    if (!parse_integer(s, s + strlen(s), &port) || port < 1 || port > 65535)
+        usage();
+    return (int)port;
+}
+
+static void parse_args(int argc, char **argv)
+{
+    const char *host = argc > 2 ? argv[2] : DEFAULT_REDIS_HOST;
+    const char *rport = argc > 3 ? argv[3] : NULL;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM},
+                    *ai;
+    char service[8];
+    if (argc > 4)
+        usage();
+    server.port = argc > 1 ? parse_port(argv[1]) : DEFAULT_PORT;
+    snprintf(service, sizeof service, "%d",
+             rport ? parse_port(rport) : DEFAULT_REDIS_PORT);
+    int err = getaddrinfo(host, service, &hints, &ai);
+    if (err != 0) {
+        fprintf(stderr, "%s: redis host %s: %s\n", SERVER_NAME, host,
+                gai_strerror(err));
+        usage();
+    }
+    memcpy(&server.redis_addr, ai->ai_addr, ai->ai_addrlen);
+    server.redis_addr_len = ai->ai_addrlen;
+    freeaddrinfo(ai);
+}
+
+/* The template is read once: every page is rendered from memory, so no
+ * model ever blocks on a disk read for it. A missing template is not fatal:
+ * /guestbook answers 500 and says why in the log. */
+static void load_template(void)
+{
+    FILE *f = fopen(TEMPLATE_PATH, "rb");
+    char *data = f ? malloc(TEMPLATE_MAX) : NULL;
+    size_t n = data ? fread(data, 1, TEMPLATE_MAX, f) : 0;
+    if (f)
+        fclose(f);
+    if (!data || n == 0 || n == TEMPLATE_MAX) {
+        fprintf(stderr, "%s: warning: cannot read %s; /guestbook will fail\n",
+                SERVER_NAME, TEMPLATE_PATH);
+        free(data);
+        return;
+    }
+    server.template = data;
+    server.template_len = n;
+}
+
+static int open_listener(int port)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET,
+                               .sin_port = htons((uint16_t)port),
+                               .sin_addr.s_addr = htonl(INADDR_ANY)};
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 ||
+        listen(fd, LISTEN_BACKLOG) < 0)
+        die("listen");
+    return fd;
+}
+
+static void server_init(int argc, char **argv)
+{
+    parse_args(argc, argv);
+    install_signals();
+    server.log =
+        getenv("ZEROHTTPD_LOG") && strcmp(getenv("ZEROHTTPD_LOG"), "1") == 0;
+    server.stats = mmap(NULL, sizeof *server.stats, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (server.stats == MAP_FAILED)
+        die("mmap");
+    server.public_fd = open(PUBLIC_DIR, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (server.public_fd < 0)
+        die("open " PUBLIC_DIR "/ (run from the repo root)");
+    load_template();
+    server.listen_fd = open_listener(server.port);
+    printf("%s listening on port %d\n", SERVER_NAME, server.port);
+    fflush(stdout);
+}
+
+static void print_summary(void)
+{
+    const struct stats *s = server.stats;
+    printf("%s: served %lu requests (2xx %lu, 3xx %lu, 4xx %lu, 5xx %lu)\n",
+           SERVER_NAME, s->served, s->by_class[2], s->by_class[3],
+           s->by_class[4], s->by_class[5]);
+    fflush(stdout);
+}
+/* ---- end shared: startup ---- */
+
+/* ---- shared: blocking_accept ---- */
+/* accept() that survives everything a client or the kernel can throw at it.
+ * Out of descriptors: pause and retry later, never exit. */
+static int accept_client(void)
+{
+    int fd = accept4(server.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+        struct timespec pause = {0, EMFILE_PAUSE_MS * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+    return fd;
+}
+/* ---- end shared: blocking_accept ---- */
+
+/* The model: a fixed pool of processes, each accepting for itself. */
+
+static pid_t workers[MAX_WORKERS]; /* the pool, 0 for an empty slot */
+
+static void on_child(int sig)
+{
+    (void)sig; /* only to wake sigsuspend(); waitpid() does the rest */
+}
+
+/* The pool size from the environment: a number in 1..max, else exit 2. */
+static int pool_size(const char *var, int fallback, int max)
+{
+    const char *s = getenv(var);
+    long long n = fallback;
+    if (s && (!parse_integer(s, s + strlen(s), &n) || n < 1 || n > max)) {
+        fprintf(stderr, "%s: %s must be a number from 1 to %d\n", SERVER_NAME,
+                var, max);
+        exit(2);
+    }
+    return (int)n;
+}
+
+/* A worker: accept, serve, repeat, with one Redis connection for life. */
+static pid_t spawn_worker(const sigset_t *mask, pid_t parent)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    sigprocmask(SIG_SETMASK, mask, NULL);
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+        _exit(1);
+    struct redis rd = {.fd = -1};
+    while (!stop_requested) {
+        int fd = accept_client();
+        if (fd >= 0)
+            serve_connection(fd, &rd);
+    }
+    redis_free(&rd);
+    _exit(0);
+}
+
+/* Refills the slot of every worker that has exited. */
+static void replace_workers(int n, const sigset_t *mask, pid_t parent)
+{
+    pid_t pid;
+    while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
+        for (int i = 0; i < n; i++)
+            if (workers[i] == pid) {
+                if (server.log)
+                    fprintf(stderr, "worker %d exited; replacing it\n", pid);
+                workers[i] = spawn_worker(mask, parent);
+            }
+}
+
+/* The parent blocks the signals it waits for and takes them only inside
+ * sigsuspend(), so a stop request can never slip in between a check of the
+ * flag and the wait. */
+static void serve_forever(void)
+{
+    int n = pool_size("ZEROHTTPD_WORKERS", DEFAULT_WORKERS, MAX_WORKERS);
+    struct sigaction sa = {.sa_handler = on_child, .sa_flags = SA_NOCLDSTOP};
+    sigset_t wait_for, old;
+    pid_t parent = getpid();
+    sigemptyset(&sa.sa_mask);
+    sigemptyset(&wait_for);
+    sigaddset(&wait_for, SIGCHLD);
+    sigaddset(&wait_for, SIGINT);
+    sigaddset(&wait_for, SIGTERM);
+    if (sigaction(SIGCHLD, &sa, NULL) < 0 ||
+        sigprocmask(SIG_BLOCK, &wait_for, &old) < 0)
+        die("signals");
+    for (int i = 0; i < n; i++)
+        if ((workers[i] = spawn_worker(&old, parent)) < 0)
+            die("fork");
+    while (!stop_requested) {
+        sigsuspend(&old);
+        if (!stop_requested)
+            replace_workers(n, &old, parent);
+    }
+    for (int i = 0; i < n; i++)
+        if (workers[i] > 0)
+            kill(workers[i], SIGTERM);
+    for (int i = 0; i < n; i++)
+        if (workers[i] > 0)
+            waitpid(workers[i], NULL, 0);
+}
+
+/* ===== main ===== */
+
+int main(int argc, char **argv)
+{
+    server_init(argc, argv);
+    set_timeout(server.listen_fd, SO_RCVTIMEO, ACCEPT_WAKE_MS);
+    serve_forever();
+    print_summary();
+    return 0;
+}
