@@ -18,7 +18,7 @@ LDLIBS          := -pthread
 LDLIBS_io_uring := -luring
 PORT        ?= 8000
 
-.PHONY: all asan check-sync format format-check deps test demo sweep \
+.PHONY: all asan check-sync sync-shared format format-check deps test demo sweep \
         sweep-full clean
 all: $(BINS)
 asan: $(ASAN)
@@ -33,6 +33,9 @@ $(ASAN): $$(call src_of,$$(notdir $$@))
 
 check-sync:
 	tools/check-sync
+# After editing a shared block in one file: make sync-shared FROM=NN_x/main.c
+sync-shared:
+	tools/check-sync --from $(FROM)
 
 format:
 	$(if $(SRCS),clang-format -i $(SRCS),@echo "no NN_*/main.c to format")
