@@ -518,8 +518,8 @@ static const char *reason_phrase(int status)
     }
 }
 
-/* Status line and headers. `Connection` only where it differs from the
- * version's default: HTTP/1.1 keeps, HTTP/1.0 closes. */
+/* Status line and headers. `Connection` where it differs from the version's
+ * default (HTTP/1.1 keeps, HTTP/1.0 closes) or refuses what the client asked. */
 static bool format_head(struct strbuf *out, const struct http_request *r,
                         int status, const char *type, size_t length,
                         const char *extra)
@@ -529,7 +529,7 @@ static bool format_head(struct strbuf *out, const struct http_request *r,
     time_t t = time(NULL);
     strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&t, &tm));
     const char *conn = "";
-    if (r->minor == 1 && !r->keep_alive)
+    if (!r->keep_alive && (r->minor == 1 || r->keep_alive_asked))
         conn = "Connection: close\r\n";
     else if (r->minor == 0 && r->keep_alive)
         conn = "Connection: keep-alive\r\n";
@@ -552,6 +552,8 @@ static bool format_error(struct strbuf *out, const struct http_request *r,
                  status, reason_phrase(status), status, reason_phrase(status));
     if (n < 0 || (size_t)n >= sizeof body)
         return false;
+    if (status == 405 && !extra)
+        extra = "Allow: GET, HEAD\r\n";
     return format_head(out, r, status, "text/html; charset=utf-8", (size_t)n,
                        extra) &&
            (r->method == METHOD_HEAD || sb_append(out, body, (size_t)n));
@@ -747,8 +749,8 @@ static enum parse_result resp_parse(struct resp_reply *r, const char *buf,
         char type = line[0];
         if (strchr(":$*", type) && !parse_integer(line + 1, crlf, &n))
             return PARSE_ERROR;
-        if (!strchr("+-:$*", type) || n > STRBUF_MAX)
-            return PARSE_ERROR;
+        if (!strchr("+-:$*", type) || (type != ':' && n > STRBUF_MAX))
+            return PARSE_ERROR; /* a length no reply of ours can have */
         if (type == '$' && n >= 0) {
             size += (size_t)n + 2;
             if (len - r->pos < size)
