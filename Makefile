@@ -19,7 +19,7 @@ LDLIBS_io_uring := -luring
 PORT        ?= 8000
 
 .PHONY: all asan check-sync sync-shared format format-check deps test demo sweep \
-        sweep-full clean
+        sweep-full fuzz clean
 all: $(BINS)
 asan: $(ASAN)
 
@@ -61,6 +61,12 @@ sweep-full: deps
 	$(MAKE) all
 	py=$$(tools/python matplotlib) && "$$py" loadtest/sweep
 
+# Fuzz the shared parsers with libFuzzer (fuzz/README.md): each target
+# FUZZ_SECONDS, as many at once as there are CPUs. Not part of `make test`.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	fuzz/run -t $(FUZZ_SECONDS)
+
 clean:
 	rm -f $(SERVERS)
-	rm -rf asan .pytest_cache tests/__pycache__ loadtest/__pycache__
+	rm -rf asan fuzz/build .pytest_cache tests/__pycache__ loadtest/__pycache__

@@ -227,6 +227,8 @@ static bool sb_reserve(struct strbuf *b, size_t extra)
 
 static bool sb_append(struct strbuf *b, const void *data, size_t n)
 {
+    if (n == 0) /* data may be NULL: an empty strbuf never allocated */
+        return true;
     if (!sb_reserve(b, n))
         return false;
     memcpy(b->data + b->len, data, n);
@@ -519,7 +521,8 @@ static const char *reason_phrase(int status)
 }
 
 /* Status line and headers. `Connection` where it differs from the version's
- * default (HTTP/1.1 keeps, HTTP/1.0 closes) or refuses what the client asked. */
+ * default (HTTP/1.1 keeps, HTTP/1.0 closes) or refuses what the client asked.
+ */
 static bool format_head(struct strbuf *out, const struct http_request *r,
                         int status, const char *type, size_t length,
                         const char *extra)
@@ -742,14 +745,16 @@ static enum parse_result resp_parse(struct resp_reply *r, const char *buf,
     while (r->pos < len) {
         const char *line = buf + r->pos;
         const char *crlf = memmem(line, len - r->pos, "\r\n", 2);
+        bool text = line[0] == '+' || line[0] == '-'; /* any length */
         if (!crlf)
-            return len - r->pos > RESP_MAX_LINE ? PARSE_ERROR : PARSE_AGAIN;
+            return len - r->pos > RESP_MAX_LINE && !text ? PARSE_ERROR
+                                                         : PARSE_AGAIN;
         size_t head = (size_t)(crlf - line) + 2, size = head;
         long long n = 0;
         char type = line[0];
         if (strchr(":$*", type) && !parse_integer(line + 1, crlf, &n))
             return PARSE_ERROR;
-        if (!strchr("+-:$*", type) || (type != ':' && n > STRBUF_MAX))
+        if (!type || !strchr("+-:$*", type) || (type != ':' && n > STRBUF_MAX))
             return PARSE_ERROR; /* a length no reply of ours can have */
         if (type == '$' && n >= 0) {
             size += (size_t)n + 2;
@@ -1167,7 +1172,7 @@ static bool serve_static(struct conn *c, char *path, size_t size)
 static bool serve_guestbook(struct conn *c)
 {
     static const char *const lrange[] = {"LRANGE", "guestbook:remarks",
-                                         "-" GUESTBOOK_SHOWN, "-1"};
+                                         ("-" GUESTBOOK_SHOWN), "-1"};
     static const char *const incr[] = {"INCR", "guestbook:visitors"};
     static const char *const get[] = {"GET", "guestbook:visitors"};
     struct redis *rd = c->redis;

@@ -1,0 +1,249 @@
+/*
+ * Fuzz target: the guestbook's pure parts (shared block guestbook:
+ * html_escape, form_field, guest_entry, render_entry, format_count,
+ * render_page).
+ *
+ * The input is used whole, five ways:
+ *  - as text to escape: the output holds no raw < > " ' and every & starts
+ *    one of the five entities; unescaping it gives the input back;
+ *  - as a POST body: form_field and guest_entry agree with a reference
+ *    decoder (buffers of exact size, so an overflow is reported), and a
+ *    stored entry renders back to its escaped name and remark;
+ *  - as a stored Redis element: render_entry matches the documented
+ *    "<name length>:<name><remark>" reading, escaped;
+ *  - as the page template (the global server.template): render_page fills
+ *    both placeholders as a plain left-to-right substitution would;
+ *  - its first 8 bytes as a visitor count: format_count groups digits by 3.
+ */
+#define main zerohttpd_main
+#ifndef ZEROHTTPD_SRC
+#define ZEROHTTPD_SRC "../01_iterative/main.c"
+#endif
+#include ZEROHTTPD_SRC
+#undef main
+#include "common.h"
+
+#define ENTRY_OPEN  "<p class=\"guest-entry\">"
+#define ENTRY_NAME  " <span class=\"guest-name\">&mdash; "
+#define ENTRY_CLOSE "</span></p>\n"
+
+static const char *const entities[][2] = {
+    {"&amp;", "&"},   {"&lt;", "<"},  {"&gt;", ">"},
+    {"&quot;", "\""}, {"&#39;", "'"},
+};
+
+/* A plain escaper to compare against. */
+static void ref_escape(struct strbuf *out, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        const char *e = NULL;
+        for (size_t k = 0; k < 5; k++)
+            if (s[i] == entities[k][1][0])
+                e = entities[k][0];
+        CHECK(e ? sb_puts(out, e) : sb_append(out, s + i, 1));
+    }
+}
+
+/* e is safe HTML text and unescapes to s. */
+static void check_escaped(const char *e, size_t elen, const char *s, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < elen; i++, o++) {
+        CHECK(!strchr("<>\"'", e[i]) || e[i] == '\0');
+        char c = e[i];
+        if (c == '&') {
+            size_t k = 0;
+            while (k < 5 && !(elen - i >= strlen(entities[k][0]) &&
+                              memcmp(e + i, entities[k][0],
+                                     strlen(entities[k][0])) == 0))
+                k++;
+            CHECK(k < 5); /* a bare & */
+            c = entities[k][1][0];
+            i += strlen(entities[k][0]) - 1;
+        }
+        CHECK(o < len && s[o] == c);
+    }
+    CHECK(o == len);
+}
+
+static void check_html_escape(const char *s, size_t len)
+{
+    struct strbuf out = {0};
+    CHECK(html_escape(&out, s, len));
+    check_escaped(out.data, out.len, s, len);
+    sb_free(&out);
+}
+
+/* form_field's contract, computed plainly: the first name=value pair,
+ * decoded with '+' as space, into max + 1 bytes. */
+static long ref_field(const char *body, size_t len, const char *name, char *out,
+                      size_t max)
+{
+    size_t nl = strlen(name);
+    out[0] = '\0';
+    for (size_t i = 0; i < len;) {
+        size_t j = i;
+        while (j < len && body[j] != '&')
+            j++;
+        if (j - i > nl && body[i + nl] == '=' &&
+            memcmp(body + i, name, nl) == 0) {
+            size_t at;
+            long n =
+                ref_decode(body + i + nl + 1, j - i - nl - 1, out, true, &at);
+            return expected_decode(n, at, max + 1);
+        }
+        i = j + 1;
+    }
+    return 0;
+}
+
+static void check_form_field(const char *body, size_t len, const char *name,
+                             size_t max)
+{
+    char *out = exact_buffer(max + 1), *ref = exact_buffer(len + 1);
+    long want = ref_field(body, len, name, ref, max);
+    long got = form_field(body, len, name, out, max);
+    CHECK(got == want);
+    if (got >= 0)
+        CHECK((size_t)got <= max && strlen(out) == (size_t)got &&
+              strcmp(out, ref) == 0);
+    free(out);
+    free(ref);
+}
+
+/* The paragraph render_entry must produce for a name and a remark. */
+static void expected_entry(struct strbuf *out, const char *name, size_t nlen,
+                           const char *remark, size_t rlen)
+{
+    CHECK(sb_puts(out, ENTRY_OPEN));
+    ref_escape(out, remark, rlen);
+    CHECK(sb_puts(out, ENTRY_NAME));
+    if (nlen > 0)
+        ref_escape(out, name, nlen);
+    else
+        CHECK(sb_puts(out, "anonymous"));
+    CHECK(sb_puts(out, ENTRY_CLOSE));
+}
+
+static void check_rendered(const char *e, size_t len, const char *name,
+                           size_t nlen, const char *remark, size_t rlen)
+{
+    struct strbuf got = {0}, want = {0};
+    CHECK(render_entry(&got, e, len));
+    expected_entry(&want, name, nlen, remark, rlen);
+    CHECK(got.len == want.len &&
+          (got.len == 0 || memcmp(got.data, want.data, got.len) == 0));
+    sb_free(&got);
+    sb_free(&want);
+}
+
+/* A POST body becomes an entry, and the entry renders its name and remark. */
+static void check_guest_entry(const char *body, size_t len)
+{
+    char *name = exact_buffer(len + 1), *remark = exact_buffer(len + 1);
+    size_t size = MAX_NAME + MAX_REMARK + 32; /* as post_guestbook has it */
+    char *entry = exact_buffer(size);
+    long nlen = ref_field(body, len, "guest-name", name, MAX_NAME);
+    long rlen = ref_field(body, len, "guest-remarks", remark, MAX_REMARK);
+    int status = guest_entry(body, len, entry, size);
+    CHECK(status == (nlen < 0 || rlen <= 0 ? 400 : 0));
+    if (status == 0)
+        check_rendered(entry, strlen(entry), name, (size_t)nlen, remark,
+                       (size_t)rlen);
+    free(name);
+    free(remark);
+    free(entry);
+}
+
+/* Any stored element: "<n>:" (n = 0..999, within the element) then n bytes
+ * of name, then the remark; otherwise all of it is an anonymous remark. */
+static void check_render_entry(const char *e, size_t len)
+{
+    const char *colon = memchr(e, ':', len < 4 ? len : 4);
+    size_t digits = colon ? (size_t)(colon - e) : 0, nlen = 0;
+    bool numeric = digits > 0 && strspn(e, "0123456789") >= digits;
+    bool negzero = digits > 1 && e[0] == '-' &&
+                   strspn(e + 1, "0") >= digits - 1; /* "-0:", "-00:" */
+    if (numeric || negzero) {
+        for (size_t i = negzero; i < digits; i++)
+            nlen = nlen * 10 + (size_t)(e[i] - '0');
+        if (nlen <= len - digits - 1) {
+            const char *name = colon + 1;
+            check_rendered(e, len, name, nlen, name + nlen,
+                           len - digits - 1 - nlen);
+            return;
+        }
+    }
+    check_rendered(e, len, NULL, 0, e, len);
+}
+
+/* 1234567 -> "1,234,567"; a negative count shows as 0. */
+static void check_format_count(long long n)
+{
+    char out[40], digits[32];
+    format_count(n, out, sizeof out);
+    snprintf(digits, sizeof digits, "%lld", n < 0 ? 0 : n);
+    size_t len = strlen(out), first = strcspn(out, ",");
+    CHECK(first >= 1 && first <= 3);
+    for (size_t i = first; i < len; i += 4)
+        CHECK(out[i] == ',' && strspn(out + i + 1, "0123456789") == 3);
+    size_t d = 0;
+    for (size_t i = 0; i < len; i++)
+        if (out[i] != ',')
+            CHECK(out[i] == digits[d++]);
+    CHECK(digits[d] == '\0');
+}
+
+/* render_page against a plain substitution, with t as the template. */
+static void check_render_page(const char *t, size_t len,
+                              const struct strbuf *remarks, long long visitors)
+{
+    static const char rem[] = "$GUEST_REMARKS$", vis[] = "$VISITOR_COUNT$";
+    char count[40];
+    struct strbuf got = {0}, want = {0};
+    format_count(visitors, count, sizeof count);
+    for (size_t i = 0; i < len;) {
+        if (len - i >= sizeof rem - 1 &&
+            memcmp(t + i, rem, sizeof rem - 1) == 0) {
+            CHECK(sb_append(&want, remarks->data, remarks->len));
+            i += sizeof rem - 1;
+        } else if (len - i >= sizeof vis - 1 &&
+                   memcmp(t + i, vis, sizeof vis - 1) == 0) {
+            CHECK(sb_puts(&want, count));
+            i += sizeof vis - 1;
+        } else
+            CHECK(sb_append(&want, t + i++, 1));
+    }
+    server.template = (char *)t;
+    server.template_len = len;
+    CHECK(render_page(&got, remarks, visitors));
+    server.template = NULL;
+    server.template_len = 0;
+    CHECK(got.len == want.len &&
+          (got.len == 0 || memcmp(got.data, want.data, got.len) == 0));
+    sb_free(&got);
+    sb_free(&want);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const char *const names[] = {"guest-name", "guest-remarks", "a", ""};
+    const char *s = (const char *)data;
+    check_html_escape(s, size);
+    if (size > 0)
+        check_form_field(s, size, names[data[0] % 4], data[0] / 4 % 64);
+    check_guest_entry(s, size);
+    check_render_entry(s, size);
+
+    long long visitors = 0;
+    memcpy(&visitors, data, size < sizeof visitors ? size : sizeof visitors);
+    check_format_count(visitors);
+    /* As the server has them: no remarks at all (an empty buffer that was
+     * never allocated), or this input as the one stored remark. */
+    struct strbuf remarks = {0};
+    if (size % 2 == 0)
+        CHECK(render_entry(&remarks, s, size));
+    check_render_page(s, size, &remarks, visitors);
+    sb_free(&remarks);
+    return 0;
+}
