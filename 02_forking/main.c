@@ -109,7 +109,8 @@ enum parse_state {
     S_NAME,       /* reading a header name */
     S_VALUE,      /* reading a header value */
     S_HEADER_LF,  /* saw CR after a header value */
-    S_BLANK_LF    /* saw CR on the blank line */
+    S_BLANK_LF,   /* saw CR on the blank line */
+    S_DONE        /* the head is complete: more bytes are body */
 };
 
 /* One request as the parser sees it. Positions are offsets into the
@@ -393,6 +394,7 @@ static enum parse_result head_done(struct http_request *r)
         return parse_fail(r, 413);
     r->keep_alive =
         KEEP_ALIVE && !r->close && (r->minor == 1 || r->keep_alive_asked);
+    r->state = S_DONE;
     return PARSE_DONE;
 }
 
@@ -481,6 +483,8 @@ static enum parse_result http_parse(struct http_request *r, const char *buf,
                 return parse_fail(r, 400);
             r->body = ++r->pos;
             return head_done(r);
+        case S_DONE:
+            return PARSE_DONE; /* called again while the body arrives */
         }
         if (status)
             return parse_fail(r, status);
