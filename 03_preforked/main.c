@@ -908,36 +908,57 @@ static bool redis_connect(struct redis *rd)
     return true;
 }
 
+enum redis_outcome { REDIS_OK, REDIS_FAILED, REDIS_GONE };
+
 /* One round trip: send a command, wait for its whole reply in rd->reply.
- * False when Redis is unreachable, slow, garbled or answers an error; the
- * connection is dropped unless the reply was a clean error, and the next
- * command reconnects. */
-static bool redis_command(struct redis *rd, int argc, const char *const argv[])
+ * REDIS_GONE: the peer had closed the connection before replying at all. On
+ * any failure but a clean error reply the connection is dropped. */
+static enum redis_outcome redis_try(struct redis *rd, int argc,
+                                    const char *const argv[])
 {
     int64_t deadline = now_ms() + REDIS_TIMEOUT_MS;
     rd->out.len = rd->in.len = 0;
     rd->reply = (struct resp_reply){0};
     if ((rd->fd < 0 && !redis_connect(rd)) ||
         !resp_format(&rd->out, argc, argv))
-        return false;
+        return REDIS_FAILED;
+    enum redis_outcome fail = REDIS_GONE;
     if (!send_all(rd->fd, rd->out.data, rd->out.len, 0))
         goto fail;
     for (;;) {
         enum parse_result pr = resp_parse(&rd->reply, rd->in.data, rd->in.len);
         if (pr == PARSE_DONE)
-            return rd->reply.type != '-';
+            return rd->reply.type == '-' ? REDIS_FAILED : REDIS_OK;
+        fail = REDIS_FAILED;
         if (pr == PARSE_ERROR || !sb_reserve(&rd->in, 16384) ||
             !wait_readable(rd->fd, deadline))
             goto fail;
         ssize_t n =
             recv(rd->fd, rd->in.data + rd->in.len, rd->in.cap - rd->in.len, 0);
-        if (n <= 0 && !(n < 0 && errno == EINTR))
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (rd->in.len == 0 && (n == 0 || errno == ECONNRESET))
+                fail = REDIS_GONE;
             goto fail;
-        rd->in.len += n > 0 ? (size_t)n : 0;
+        }
+        rd->in.len += (size_t)n;
     }
 fail:
     redis_disconnect(rd);
-    return false;
+    return fail;
+}
+
+/* A command and its reply. A kept connection may have died since its last
+ * use (Redis restarted): that shows as a close before any reply, so Redis
+ * never ran the command and one retry on a fresh connection is safe. */
+static bool redis_command(struct redis *rd, int argc, const char *const argv[])
+{
+    bool reused = rd->fd >= 0;
+    enum redis_outcome outcome = redis_try(rd, argc, argv);
+    if (outcome == REDIS_GONE && reused)
+        outcome = redis_try(rd, argc, argv);
+    return outcome == REDIS_OK;
 }
 
 static void redis_free(struct redis *rd)

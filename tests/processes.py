@@ -1,0 +1,347 @@
+"""Real processes for the tests: redis-server, the server under test, and a
+look at the process table through /proc. Nothing is mocked.
+
+Every process started here is stopped by PID, and every wait is bounded.
+"""
+
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS = ("iterative", "forking", "preforked", "threaded", "prethreaded",
+          "poll", "epoll", "io_uring")
+START_TIMEOUT = 10.0  # seconds for a server to print its listening line
+STOP_TIMEOUT = 10.0  # seconds for a server to exit after SIGTERM (ASan is slow)
+CHILD_EXIT_TIMEOUT = 3.0  # seconds for workers to go after their parent
+SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "runtime error")
+SUMMARY_RE = re.compile(
+    r"^(\S+): served (\d+) requests "
+    r"\(2xx (\d+), 3xx (\d+), 4xx (\d+), 5xx (\d+)\)$", re.M)
+
+
+# ---- which binaries to test ----
+
+class Binary:
+    """One server executable: path, model (iterative, ...) and test id
+    (iterative, asan-iterative, ...)."""
+
+    def __init__(self, path):
+        self.path = Path(path).resolve()
+        self.model = self.path.name
+        self.asan = self.path.parent.name == "asan"
+        self.id = ("asan-" if self.asan else "") + self.model
+
+    def __repr__(self):
+        return self.id
+
+
+def discover_binaries():
+    """ZEROHTTPD_BINARIES (space-separated paths) if set, else every built
+    ./NAME and asan/NAME at the repo root, in model order."""
+    listed = os.environ.get("ZEROHTTPD_BINARIES", "").split()
+    if listed:
+        return [Binary(p) for p in listed]
+    found = []
+    for prefix in ("", "asan/"):
+        for model in MODELS:
+            path = REPO / (prefix + model)
+            if path.is_file() and os.access(path, os.X_OK):
+                found.append(Binary(path))
+    return found
+
+
+def free_port():
+    """A port nobody listens on right now (the kernel picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port, deadline):
+    """Poll until something accepts on port; False at the deadline."""
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            time.sleep(0.02)
+    return False
+
+
+# ---- the process table ----
+
+def proc_stat(pid):
+    """(state, ppid, starttime) of a process, or None if it is gone. The
+    start time tells a process apart from a later one reusing its PID."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name is in parentheses and may hold spaces: split after it.
+    fields = text[text.rindex(")") + 2:].split()
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def process_table():
+    """{pid: (state, ppid, starttime)} for every process, read in one pass
+    over /proc/*/stat: this kernel has no /proc/<pid>/task/*/children
+    (CONFIG_PROC_CHILDREN is off)."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = proc_stat(entry.name)
+            if stat:
+                table[int(entry.name)] = stat
+    return table
+
+
+def children(pid, table=None):
+    """PIDs whose parent is pid, in order."""
+    table = table or process_table()
+    return sorted(p for p, (_, ppid, _) in table.items() if ppid == pid)
+
+
+def descendants(pid):
+    """{pid: starttime} for every process below pid."""
+    table = process_table()
+    found, todo = {}, children(pid, table)
+    while todo:
+        child = todo.pop()
+        if child not in found:
+            found[child] = table[child][2]
+            todo.extend(children(child, table))
+    return found
+
+
+def still_running(pids):
+    """The processes of a {pid: starttime} map that still exist, zombies
+    excepted (a zombie re-parented to init is init's to reap)."""
+    alive = []
+    for pid, start in pids.items():
+        stat = proc_stat(pid)
+        if stat and stat[2] == start and stat[0] != "Z":
+            alive.append(pid)
+    return alive
+
+
+# ---- redis-server ----
+
+class RedisServer:
+    """A private redis-server on its own port, nothing saved to disk."""
+
+    def __init__(self, workdir, port=None):
+        self.workdir = Path(workdir)
+        self.port = port or free_port()
+        self.proc = None
+
+    def start(self):
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log = open(self.workdir / "redis.log", "ab")
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--daemonize", "no",
+             "--dir", str(self.workdir)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, (
+                "redis-server exited: "
+                + (self.workdir / "redis.log").read_text()[-2000:])
+            try:
+                if self.command("PING") == "PONG":
+                    return self
+            except OSError:
+                time.sleep(0.02)
+        raise AssertionError(f"redis-server did not answer on {self.port}")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=STOP_TIMEOUT)
+
+    def command(self, *args):
+        """Send one command as RESP2 and return the reply (str, int, None,
+        or list); an error reply raises."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+            parts = [f"*{len(args)}\r\n".encode()]
+            for arg in args:
+                data = str(arg).encode()
+                parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+            s.sendall(b"".join(parts))
+            return _read_reply(s.makefile("rb"))
+
+
+def _read_reply(f):
+    line = f.readline()
+    kind, rest = line[:1], line[1:-2].decode()
+    if kind == b"+":
+        return rest
+    if kind == b"-":
+        raise RuntimeError(rest)
+    if kind == b":":
+        return int(rest)
+    if kind == b"$":
+        return None if rest == "-1" else f.read(int(rest) + 2)[:-2].decode()
+    if kind == b"*":
+        return None if rest == "-1" else [_read_reply(f) for _ in range(int(rest))]
+    raise RuntimeError(f"bad RESP reply {line!r}")
+
+
+# ---- the server under test ----
+
+class ServerProcess:
+    """One running server. stop() sends SIGTERM and checks the exit: code 0,
+    the summary line printed, no sanitizer report, no worker left behind."""
+
+    def __init__(self, binary, site, redis_port, port=None, env=None):
+        self.binary = binary
+        self.name = binary.id
+        self.model = binary.model
+        self.port = port or free_port()
+        self.stderr_path = Path(site).parent / f"{binary.id}-{self.port}.stderr"
+        self.stdout = b""
+        self.result = None  # exit code, set by stop()
+        self.workers = {}  # {pid: starttime} below the server at stop()
+        full_env = dict(os.environ)
+        full_env.pop("ZEROHTTPD_LOG", None)  # quiet: stderr is for sanitizers
+        # Leak checking is a later issue; UB aborts are compiled in.
+        full_env.setdefault("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=0")
+        full_env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
+        full_env.update(env or {})
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [str(binary.path), str(self.port), "127.0.0.1", str(redis_port)],
+                cwd=site, env=full_env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=err)
+        self.pid = self.proc.pid
+        self._wait_listening()
+
+    def stderr(self):
+        return self.stderr_path.read_bytes().decode("utf-8", "replace")
+
+    def _read_stdout(self, until, deadline):
+        """Append stdout bytes until the regex `until` matches, the server has
+        exited with nothing left to read, or the deadline. Never reads to EOF
+        alone: forked workers share the pipe and may hold it open."""
+        fd = self.proc.stdout.fileno()
+        while not until.search(self.stdout.decode("utf-8", "replace")):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if not select.select([fd], [], [], min(left, 0.05))[0]:
+                if self.proc.poll() is not None:
+                    return
+                continue
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                return
+            self.stdout += chunk
+
+    def _wait_listening(self):
+        deadline = time.monotonic() + START_TIMEOUT
+        line = re.compile(rf"listening on port {self.port}\n")
+        self._read_stdout(line, deadline)
+        if not line.search(self.stdout.decode("utf-8", "replace")):
+            self.cleanup()
+            raise AssertionError(
+                f"{self.name} did not print 'listening on port {self.port}' "
+                f"within {START_TIMEOUT} s; stdout {self.stdout!r}, "
+                f"stderr {self.stderr()[-3000:]}")
+        assert wait_for_port(self.port, deadline), (
+            f"{self.name} printed its listening line but port {self.port} "
+            "does not accept")
+
+    def stop(self):
+        """SIGTERM, then the exit checks: exit code 0, the summary printed,
+        no sanitizer report, no worker left behind. Idempotent."""
+        self.terminate()
+        self.check_exit()
+
+    def terminate(self, timeout=STOP_TIMEOUT):
+        """SIGTERM and wait for the exit, at most timeout seconds; returns
+        the exit code. Does nothing the second time."""
+        if self.result is not None:
+            return self.result
+        crashed = self.proc.poll()
+        assert crashed is None, (
+            f"{self.name} died during the test with status {crashed}; "
+            f"stderr: {self.stderr()[-4000:]}")
+        self.workers = descendants(self.pid)
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.result = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{self.name} still running {timeout} s after SIGTERM")
+        self._read_stdout(SUMMARY_RE, time.monotonic() + 2)
+        return self.result
+
+    def check_exit(self):
+        stderr = self.stderr()
+        assert self.result == 0, (
+            f"{self.name} exited {self.result}; stderr: {stderr[-4000:]}")
+        assert SUMMARY_RE.search(self.stdout.decode("utf-8", "replace")), (
+            f"{self.name} printed no summary line; stdout {self.stdout!r}")
+        for mark in SANITIZER_MARKS:
+            assert mark not in stderr, f"{self.name} stderr:\n{stderr[-6000:]}"
+        self.assert_workers_gone(self.workers)
+
+    def assert_workers_gone(self, workers):
+        """Workers recorded before SIGTERM must not outlive the server."""
+        deadline = time.monotonic() + CHILD_EXIT_TIMEOUT
+        while still_running(workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = still_running(workers)
+        assert not left, f"{self.name} left processes behind: {left}"
+
+    def summary(self):
+        """The summary line's numbers: (name, total, 2xx, 3xx, 4xx, 5xx)."""
+        m = SUMMARY_RE.search(self.stdout.decode("utf-8", "replace"))
+        return (m.group(1),) + tuple(int(g) for g in m.groups()[1:])
+
+    def cleanup(self):
+        """Always called last: SIGKILL whatever is left of the server and its
+        workers, by PID (nothing, after a clean stop), and close the pipe."""
+        workers = dict(self.workers)
+        if self.proc.poll() is None:  # only then is self.pid surely ours
+            workers.update(descendants(self.pid))
+            self.proc.kill()
+        for pid in still_running(workers):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        self.proc.stdout.close()
+
+
+def run_to_exit(binary, args, cwd, timeout=5.0):
+    """Run a server that should exit by itself (bad arguments, port taken):
+    (exit code, stdout, stderr). Still running after timeout: it and its
+    workers are killed by PID and the code is None."""
+    proc = subprocess.Popen([str(binary.path), *args], cwd=cwd,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out.decode(), err.decode()
+    except subprocess.TimeoutExpired:
+        for pid in still_running(descendants(proc.pid)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.kill()
+        out, err = proc.communicate(timeout=timeout)
+        return None, out.decode(), err.decode()

@@ -1,0 +1,143 @@
+"""The process: start-up, shutdown, arguments, Redis outages, children."""
+
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+from processes import (RedisServer, ServerProcess, children, discover_binaries,
+                       proc_stat, run_to_exit)
+from rawhttp import Connection, assert_html_error, get
+
+RECOVERY_CHECKS = 40  # guestbook pages before and after a Redis outage
+
+
+def test_server_binaries_were_built():
+    # Without binaries every other test is skipped: make that a failure.
+    binaries = discover_binaries()
+    assert binaries, "no server binaries built; run make all"
+    for binary in binaries:
+        assert os.access(binary.path, os.X_OK), f"{binary.path} is not built"
+
+
+def test_startup_line_names_the_binary(server):
+    assert server.stdout.decode() == (
+        f"{server.model} listening on port {server.port}\n")
+
+
+def test_summary_counts_by_status_class(server):
+    for path, status in (("/", 200), ("/index.html", 200), ("/docs", 301),
+                         ("/missing", 404)):
+        assert get(server.port, path).status == status
+    server.stop()
+    assert server.summary() == (server.model, 4, 2, 1, 1, 0)
+
+
+def test_sigterm_with_an_idle_connection_exits_cleanly(server):
+    # One kept connection idle after a response (iterative has closed it) and
+    # one that never sent a byte: neither may hold up the exit.
+    with Connection(server.port) as kept, Connection(server.port) as silent:
+        kept.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert kept.read_response().status == 200
+        time.sleep(0.2)  # let the server accept the silent one
+        started = time.monotonic()
+        assert server.terminate(timeout=3) == 0
+        assert time.monotonic() - started < 3
+    # With the sockets closed, the full exit checks apply (workers gone).
+    server.stop()
+    assert server.summary()[1:3] == (1, 1)
+
+
+def test_redis_outage_gives_503_then_recovers(binary, site, tmp_path):
+    # Its own Redis and its own server, so stopping Redis disturbs no one.
+    redis = RedisServer(tmp_path / "redis").start()
+    server = ServerProcess(binary, site, redis.port)
+    try:
+        # Enough pages that every worker of a pool holds a Redis connection,
+        # each of which the outage will break.
+        for _ in range(RECOVERY_CHECKS):
+            assert get(server.port, "/guestbook").status == 200
+        redis.stop()
+        started = time.monotonic()
+        assert_html_error(get(server.port, "/guestbook"), 503)
+        assert time.monotonic() - started < 1.5
+        assert get(server.port, "/").status == 200  # static files unaffected
+        redis.start()  # same port
+        deadline = time.monotonic() + 5
+        while get(server.port, "/guestbook").status != 200:
+            assert time.monotonic() < deadline, "no reconnection within 5 s"
+            time.sleep(0.1)
+        # Every worker, not just one, is back: Redis is up, so no 503 (a
+        # connection broken by the outage must be replaced, not reported).
+        statuses = [get(server.port, "/guestbook").status
+                    for _ in range(RECOVERY_CHECKS)]
+        assert statuses == [200] * RECOVERY_CHECKS, "503 after Redis returned"
+        server.stop()
+    finally:
+        server.cleanup()
+        redis.stop()
+
+
+def test_no_zombie_children_after_requests(server):
+    for _ in range(20):
+        assert get(server.port, "/").status == 200
+    # Reaping is asynchronous (SIGCHLD): allow it a moment.
+    deadline = time.monotonic() + 2
+    while True:
+        zombies = [c for c in children(server.pid)
+                   if (proc_stat(c) or ("",))[0] == "Z"]
+        if not zombies or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert zombies == []
+
+
+def settled_children(pid):
+    """The children of pid once their number has stopped changing (the pool
+    may still be forking right after the listening line)."""
+    deadline = time.monotonic() + 5
+    last, stable_since = children(pid), time.monotonic()
+    while time.monotonic() - stable_since < 0.3:
+        assert time.monotonic() < deadline, "worker pool never settled"
+        time.sleep(0.05)
+        now = children(pid)
+        if now != last:
+            last, stable_since = now, time.monotonic()
+    return last
+
+
+@pytest.mark.models("preforked")
+def test_killed_worker_is_replaced(server):
+    workers = settled_children(server.pid)
+    assert workers, "no worker processes"
+    victim = workers[0]
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 3
+    while True:
+        now = children(server.pid)
+        if victim not in now and len(now) == len(workers):
+            break
+        assert time.monotonic() < deadline, f"workers {workers} -> {now}"
+        time.sleep(0.05)
+    for _ in range(20):
+        assert get(server.port, "/").status == 200
+
+
+@pytest.mark.parametrize("argument", ["notaport", "70000", "-5", "80x"])
+def test_invalid_port_argument_exits_2_with_usage(binary, site, argument):
+    code, out, err = run_to_exit(binary, [argument], site)
+    assert code == 2, (code, out, err)
+    assert "usage" in err.lower(), err
+
+
+def test_port_in_use_exits_with_a_message(binary, site):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out, err = run_to_exit(binary, [str(port)], site)
+    assert code not in (0, None), (code, out, err)
+    assert err.strip(), "no message on stderr"
+    assert "listening" not in out
