@@ -7,11 +7,12 @@ exact ones (except where a test sets the counter itself just before).
 
 import re
 import subprocess
+import time
 import uuid
 
 import pytest
 
-from rawhttp import assert_html_error, exchange, media_type
+from rawhttp import Connection, assert_html_error, exchange, media_type
 
 FORM_HEAD = (b"POST /guestbook HTTP/1.1\r\nHost: x\r\n"
              b"Content-Type: application/x-www-form-urlencoded\r\n")
@@ -134,6 +135,22 @@ def test_post_redirects_to_guestbook(server):
                      b"guest-name=Tester&guest-remarks=" + token().encode())
     assert resp.status == 303
     assert resp.headers["Location"] == "/guestbook"
+
+
+def test_post_body_arriving_after_the_head_is_accepted(server, site):
+    # As Python's http.client sends it: the head in one write, the body in
+    # later ones. The parser must not read body bytes as more headers.
+    tag = token().encode()
+    body = b"guest-name=split&guest-remarks=" + tag
+    with Connection(server.port) as conn:
+        conn.send(FORM_HEAD + b"Content-Length: %d\r\n\r\n" % len(body))
+        time.sleep(0.05)
+        conn.send(body[:7])
+        time.sleep(0.05)
+        conn.send(body[7:])
+        assert conn.read_response().status == 303
+    _, entries = get_page(server.port, site)
+    assert tag.decode() in entry_with(entries, tag.decode())
 
 
 def test_post_decodes_plus_and_percent(server, site):
