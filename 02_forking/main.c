@@ -570,6 +570,19 @@ static bool format_error(struct strbuf *out, const struct http_request *r,
            (r->method == METHOD_HEAD || sb_append(out, body, (size_t)n));
 }
 
+/* The Location that sends a directory named without its slash to the same
+ * target with one: the raw path (query dropped), plus "/". */
+static void slash_location(const struct http_request *r, const char *buf,
+                           char *out, size_t size)
+{
+    const char *uri = buf + r->uri;
+    const char *query = memchr(uri, '?', r->uri_len);
+    int len = (int)(query ? (size_t)(query - uri) : r->uri_len);
+    int n = snprintf(out, size, "Location: %.*s/\r\n", len, uri);
+    if (n < 0 || (size_t)n >= size)
+        out[0] = '\0';
+}
+
 /* Every answered request passes here once: counters, then the access log. */
 static void count_response(const struct http_request *r, const char *buf,
                            int status, size_t bytes)
@@ -1177,18 +1190,11 @@ static bool serve_static(struct conn *c, char *path, size_t size)
 {
     struct stat st;
     int status, file = open_public(path, size, &st, &status);
-    if (file < 0 && status == 301) { /* the raw target, plus its slash */
-        const char *uri = c->buf + c->req.uri;
-        const char *query = memchr(uri, '?', c->req.uri_len);
-        int len = (int)(query ? (size_t)(query - uri) : c->req.uri_len);
+    if (file < 0) {
         char location[MAX_URI + 64];
-        int n = snprintf(location, sizeof location, "Location: %.*s/\r\n", len,
-                         uri);
-        return respond_error(
-            c, status, n > 0 && (size_t)n < sizeof location ? location : NULL);
+        slash_location(&c->req, c->buf, location, sizeof location);
+        return respond_error(c, status, status == 301 ? location : NULL);
     }
-    if (file < 0)
-        return respond_error(c, status, NULL);
     c->out.len = 0;
     bool ok = format_head(&c->out, &c->req, 200, mime_type(path),
                           (size_t)st.st_size, NULL) &&

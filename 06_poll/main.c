@@ -677,6 +677,19 @@ static bool format_error(struct strbuf *out, const struct http_request *r,
            (r->method == METHOD_HEAD || sb_append(out, body, (size_t)n));
 }
 
+/* The Location that sends a directory named without its slash to the same
+ * target with one: the raw path (query dropped), plus "/". */
+static void slash_location(const struct http_request *r, const char *buf,
+                           char *out, size_t size)
+{
+    const char *uri = buf + r->uri;
+    const char *query = memchr(uri, '?', r->uri_len);
+    int len = (int)(query ? (size_t)(query - uri) : r->uri_len);
+    int n = snprintf(out, size, "Location: %.*s/\r\n", len, uri);
+    if (n < 0 || (size_t)n >= size)
+        out[0] = '\0';
+}
+
 /* Every answered request passes here once: counters, then the access log. */
 static void count_response(const struct http_request *r, const char *buf,
                            int status, size_t bytes)
@@ -1494,18 +1507,11 @@ static void serve_static(struct conn *c, char *path, size_t size)
 {
     struct stat st;
     int status, file = open_public(path, size, &st, &status);
-    if (file < 0 && status == 301) { /* the raw target, plus its slash */
-        const char *uri = c->buf + c->req.uri;
-        const char *query = memchr(uri, '?', c->req.uri_len);
-        int len = (int)(query ? (size_t)(query - uri) : c->req.uri_len);
+    if (file < 0) {
         char location[MAX_URI + 64];
-        int n = snprintf(location, sizeof location, "Location: %.*s/\r\n", len,
-                         uri);
-        respond_error(c, status,
-                      n > 0 && (size_t)n < sizeof location ? location : NULL);
-    } else if (file < 0)
-        respond_error(c, status, NULL);
-    else {
+        slash_location(&c->req, c->buf, location, sizeof location);
+        respond_error(c, status, status == 301 ? location : NULL);
+    } else {
         c->out.len = 0;
         if (format_head(&c->out, &c->req, 200, mime_type(path),
                         (size_t)st.st_size, NULL))
@@ -1521,10 +1527,8 @@ static void serve_static(struct conn *c, char *path, size_t size)
 static void guestbook_start(struct conn *c)
 {
     static const char *const lrange[] = {"LRANGE", "guestbook:remarks",
-                                         "-" GUESTBOOK_SHOWN, "-1"};
-    /* render_page copies the entries even when there are none, and a copy
-     * from a NULL buffer is undefined: the buffer gets its memory now. */
-    if (!server.template || !sb_reserve(&c->work, 1)) {
+                                         ("-" GUESTBOOK_SHOWN), "-1"};
+    if (!server.template) {
         respond_error(c, 500, NULL);
         return;
     }

@@ -40,6 +40,20 @@ class Binary:
     def __repr__(self):
         return self.id
 
+    def unavailable(self):
+        """Why this server cannot run on this machine, or None. Only
+        io_uring can say so: where the kernel refuses io_uring it prints
+        `io_uring: unavailable: <reason>` and exits 1 before it parses its
+        arguments, so an invalid port (which otherwise exits 2) probes it."""
+        if not hasattr(self, "_unavailable"):
+            probe = subprocess.run([str(self.path), "0"], capture_output=True,
+                                   text=True, timeout=START_TIMEOUT)
+            said = probe.stderr.strip()
+            self._unavailable = (said if probe.returncode == 1 and
+                                 said.startswith(f"{self.model}: unavailable:")
+                                 else None)
+        return self._unavailable
+
 
 def discover_binaries():
     """ZEROHTTPD_BINARIES (space-separated paths) if set, else every built

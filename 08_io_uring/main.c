@@ -1,0 +1,2220 @@
+/*
+ * 08_io_uring: one thread, every operation submitted to an io_uring.
+ *
+ * The model. 06 and 07 ask the kernel which sockets are ready, then make
+ * each call themselves: readiness. Here the server hands the kernel the
+ * operations (accept, recv, send, read a file, connect to Redis, close) as
+ * entries in a submission ring shared with it, and later reaps one entry
+ * per finished operation from a completion ring: its result, and the
+ * user_data it was tagged with (the connection's address, the operation's
+ * kind in the low bits). Completion: when the loop hears of a recv, the
+ * bytes are already in memory. Batching: one io_uring_enter() submits all
+ * that the last turn queued, for every client, and waits for what finishes
+ * next; under load that is far less than one system call per request.
+ *
+ * One request's life (keep-alive, a small static file):
+ *   completion: recv, bytes in a buffer the kernel took from our pool
+ *   -> copy to the request buffer, resume the parser, route
+ *   -> queue READ of the file (kept open by a small cache)
+ *   -> completion: READ -> queue SEND of head + file
+ *   -> completion: SEND -> queue the next recv, under the idle timer.
+ *   Each arrow is one loop turn, shared with every other busy client.
+ *   The guestbook is as in 07: commands pipelined to Redis, replies
+ *   matched to waiting clients through a FIFO, one step per reply.
+ *
+ * What it gains: the system calls of 07 (recv, send, sendfile, accept4,
+ * epoll_ctl, epoll_wait) become entries in memory, paid for in batches;
+ * multishot accept (one submission, a completion per client); receive
+ * buffers lent to the kernel from one pool, so an idle connection owns
+ * none.
+ * What it costs: memory named by an operation in flight belongs to the
+ * kernel until its completion is reaped: nothing may move or free it.
+ * Closing therefore cancels, counts the completions still due and frees
+ * at the last one. openat2/fstat are not ring operations here (the
+ * shared open_public), so small files stay open for FILE_CACHE_MS (as
+ * nginx's open_file_cache): a file replaced meanwhile is served stale that
+ * long. File chunks go through user memory (READ then SEND): no sendfile.
+ * Where it breaks: where io_uring is disabled (seccomp in containers,
+ * kernel.io_uring_disabled): it says so and exits 1. Work the kernel
+ * cannot do without blocking (a cold file read) goes to its worker
+ * threads. Still one thread, one core, one Redis connection.
+ *
+ * Diff with: 07_epoll/main.c (the same loop and app, driven by readiness).
+ * Run: ./io_uring [port [redis-host [redis-port]]] from the repo root.
+ */
+
+/* ===== Includes, constants and limits ===== */
+
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- shared: config ---- */
+/* Tunables shared by all eight servers; DESIGN.md gives their reasons. */
+#define DEFAULT_PORT       8000
+#define DEFAULT_REDIS_HOST "127.0.0.1"
+#define DEFAULT_REDIS_PORT 6379
+#define LISTEN_BACKLOG     16384 /* the kernel caps it at somaxconn */
+#define MAX_HEAD           8192  /* request line + headers, else 431 */
+#define MAX_URI            4096  /* request target, else 414 */
+#define MAX_METHOD         16    /* longer than any method we know */
+#define MAX_BODY           16384 /* POST body, else 413 */
+#define CONN_BUF_SIZE      (MAX_HEAD + MAX_BODY) /* one whole request fits */
+#define IDLE_TIMEOUT_MS    5000        /* keep-alive wait between requests */
+#define REQUEST_TIMEOUT_MS 10000       /* first byte to last byte of one */
+#define LINGER_MS          500         /* drain unread input before close */
+#define LINGER_MAX_BYTES   (64 * 1024) /* ...but no more than this */
+#define REDIS_TIMEOUT_MS   1000        /* connect or reply: 503 after this */
+#define STRBUF_MAX         (4 << 20)   /* largest page or Redis reply */
+#define RESP_MAX_LINE      64          /* a RESP type line: type + number */
+#define RESP_MAX_DEPTH     4           /* nested arrays we follow */
+#define RESP_MAX_ITEMS     128         /* strings in one reply */
+#define GUESTBOOK_SHOWN    "100"       /* newest remarks on the page */
+#define MAX_REMARK         2000        /* bytes after decoding, else 400 */
+#define MAX_NAME           100         /* bytes after decoding, else 400 */
+#define PUBLIC_DIR         "public"
+#define TEMPLATE_PATH      "templates/guestbook/index.html"
+#define TEMPLATE_MAX       (256 * 1024) /* refuse a runaway template */
+#define STATUS_CLASSES     6            /* 1xx..5xx, index by status / 100 */
+/* ---- end shared: config ---- */
+
+/* This model's own settings. */
+#define SERVER_NAME          "io_uring"
+#define KEEP_ALIVE           true /* an idle client costs a few hundred bytes */
+#define ACCEPT_WAKE_MS       1000 /* how late a stop request may be noticed */
+#define SEND_TIMEOUT_MS      10000 /* a reader that stops reading is dropped */
+#define EMFILE_PAUSE_MS      10    /* out of descriptors, no spare: wait */
+#define REDIS_READ_SIZE      16384 /* room made for each recv of replies */
+#define REDIS_BACKOFF_MS     100   /* first reconnect delay, then doubled */
+#define REDIS_BACKOFF_MAX_MS 2000  /* ...up to this */
+#define FIFO_INITIAL         64    /* Redis waiters; the ring doubles */
+#define RING_ENTRIES         4096  /* submissions queued per enter, at most */
+#define CQ_ENTRIES           16384 /* completions waiting to be reaped */
+#define PBUF_GROUP           0     /* buffer group id of the receive pool */
+#define PBUF_COUNT           512   /* buffers in that pool (a power of 2) */
+#define PBUF_SIZE            4096  /* bytes each: most request heads fit */
+#define REQUEST_BUF_MIN      1024  /* a request buffer's first size */
+#define FILE_CHUNK           65536 /* file bytes per READ: a slow reader's cost */
+#define FILE_CACHE_SLOTS     64    /* small files kept open, by path hash */
+#define FILE_CACHE_MAX       32768 /* bytes; a head and this fit one chunk */
+#define FILE_CACHE_MS        1000  /* a cached file is reopened after this */
+#define STOP_DRAIN_MS        1000  /* at exit: wait for cancelled operations */
+
+/* ===== Types ===== */
+
+/* ---- shared: types ---- */
+enum parse_result { PARSE_AGAIN, PARSE_DONE, PARSE_ERROR };
+
+enum method { METHOD_GET, METHOD_HEAD, METHOD_POST, METHOD_OTHER };
+
+enum parse_state {
+    S_METHOD,     /* reading the method token */
+    S_URI,        /* reading the request target */
+    S_VERSION,    /* reading "HTTP/x.y" */
+    S_REQUEST_LF, /* saw CR after the version */
+    S_HEADER,     /* at the start of a header line (or the blank line) */
+    S_NAME,       /* reading a header name */
+    S_VALUE,      /* reading a header value */
+    S_HEADER_LF,  /* saw CR after a header value */
+    S_BLANK_LF,   /* saw CR on the blank line */
+    S_DONE        /* the head is complete: more bytes are body */
+};
+
+/* One request as the parser sees it. Positions are offsets into the
+ * connection's buffer, which stays put until the request is answered. */
+struct http_request {
+    enum parse_state state; /* where the parser stopped, to resume there */
+    size_t pos;             /* next byte to look at */
+    size_t tok;             /* start of the token being read */
+    size_t name, name_len;  /* the header whose value is being read */
+    size_t value_end;       /* end of that value (before CR) */
+    enum method method;
+    size_t uri, uri_len;
+    int minor;                /* HTTP/1.<minor> */
+    long long content_length; /* -1 when absent */
+    bool has_host, has_type, form_type, chunked;
+    bool close, keep_alive_asked; /* Connection: close / keep-alive */
+    bool keep_alive;              /* decided once the head is parsed */
+    size_t body;                  /* offset of the first body byte */
+    int status;                   /* the error when PARSE_ERROR */
+};
+
+/* A growable byte buffer, bounded by STRBUF_MAX. */
+struct strbuf {
+    char *data;
+    size_t len, cap;
+};
+
+/* A Redis reply being framed; see resp_parse(). */
+struct resp_reply {
+    size_t pos;                     /* start of the next unparsed element */
+    int depth;                      /* arrays still open */
+    long long left[RESP_MAX_DEPTH]; /* elements each open array still owes */
+    char type;                      /* top-level type: + - : $ * */
+    long long integer;              /* ':' value, or '$'/'*' length */
+    size_t nitems;                  /* strings found, in reply order */
+    struct {
+        size_t off, len;
+    } item[RESP_MAX_ITEMS]; /* where they are in the reply buffer */
+};
+
+/* Counters shared by every process and thread of a server (mmap'd shared, so
+ * forked children count too); updated with atomics. */
+struct stats {
+    unsigned long served;
+    unsigned long by_class[STATUS_CLASSES];
+};
+
+/* What the whole server knows, set up once in main(). */
+struct server {
+    int port;
+    struct sockaddr_storage redis_addr; /* resolved once at start */
+    socklen_t redis_addr_len;
+    int listen_fd;
+    int public_fd;  /* O_PATH handle on public/, root for openat2 */
+    char *template; /* the guestbook page, NULL if unreadable */
+    size_t template_len;
+    bool log; /* ZEROHTTPD_LOG=1 */
+    struct stats *stats;
+};
+
+enum route { ROUTE_STATIC, ROUTE_PAGE, ROUTE_POST, ROUTE_ERROR };
+/* ---- end shared: types ---- */
+
+/* What a completion is about: the low bits of its user_data. The other bits
+ * are the owner's address (a struct conn or the struct redis, both at least
+ * 8-byte aligned), or 0 for operations nobody waits for. */
+enum op {
+    OP_NONE,          /* cancel, shutdown, close: nothing to do after */
+    OP_ACCEPT,        /* multishot accept on the listen socket */
+    OP_RECV,          /* conn: request bytes, into a pool buffer */
+    OP_SEND,          /* conn: response bytes from c->out */
+    OP_READ,          /* conn: the next chunk of a static file into c->out */
+    OP_REDIS_CONNECT, /* redis: the connect */
+    OP_REDIS_SEND,    /* redis: commands from rd->wire */
+    OP_REDIS_RECV,    /* redis: replies into rd->in */
+};
+#define OP_MASK 7ULL /* the bits of user_data that hold the enum op */
+
+enum conn_state {
+    C_READING, /* waiting for (the rest of) a request */
+    C_REDIS,   /* a guestbook request waits in the Redis FIFO */
+    C_WRITING, /* sending c->out, then the file */
+    C_LINGER,  /* after an error reply: dropping input until close */
+    C_CLOSED   /* cancelled; freed once its last completion is reaped */
+};
+
+/* The deadline a connection waits on: one list per kind (see the banner).
+ * T_NONE: no deadline of its own (answering, or waiting for Redis, which has
+ * its own). Every open connection is on exactly one list. */
+enum timer_kind { T_IDLE, T_REQUEST, T_SEND, T_LINGER, T_NONE, TIMER_KINDS };
+
+/* One client connection, from accept to its last completion. While an
+ * operation is in flight the kernel owns the memory it names: nothing
+ * moves, grows or frees c->out (or c itself) until its completion. */
+struct conn {
+    int fd;
+    int inflight; /* operations submitted, not yet reaped: freed at 0 */
+    enum conn_state state;
+    char *buf;  /* the request(s) while any bytes are buffered, else NULL */
+    size_t len; /* bytes in buf */
+    size_t cap; /* bytes allocated, at most CONN_BUF_SIZE (conn_grow) */
+    struct http_request req;
+    bool linger;           /* an error answer: half-close and drain after it */
+    struct strbuf out;     /* the response head (and body), then file chunks */
+    size_t sent;           /* bytes of out already sent */
+    int file;              /* the file being sent after the head, or -1 */
+    bool own_file;         /* closed with the response (not the cache's) */
+    off_t file_off;        /* next byte to read... */
+    off_t file_size;       /* ...and the end */
+    struct strbuf work;    /* guestbook: the rendered entries */
+    int step;              /* guestbook: Redis replies received so far */
+    uint64_t ticket;       /* C_REDIS: our place in the Redis FIFO */
+    size_t drained;        /* C_LINGER: bytes read and dropped */
+    enum timer_kind timer; /* the timer list we are on */
+    int64_t deadline;      /* when that timer fires (loop.now clock) */
+    struct conn *prev, *next; /* neighbours on that list (or closed list) */
+};
+
+/* The loop's one Redis connection, shared by every client. Commands are
+ * pipelined and Redis answers in order, so a FIFO of waiting clients says
+ * whose each reply is. A client that goes away leaves a NULL in its slot:
+ * its reply still arrives and must be read, then dropped. */
+struct redis {
+    int fd;                  /* -1 while disconnected */
+    int inflight;            /* as for a conn: the fd closes at 0 */
+    bool connecting;         /* the connect is in flight */
+    bool closing;            /* failed: waiting for inflight to reach 0 */
+    struct strbuf out;       /* commands queued for the next send */
+    struct strbuf wire;      /* commands in flight: the kernel reads them */
+    size_t sent;             /* ...and how much of them is sent */
+    struct strbuf in;        /* replies as they arrive */
+    struct resp_reply reply; /* the reply being framed in `in` */
+    struct conn **fifo;      /* slot ticket % fifo_cap: a waiting client */
+    uint64_t head, tail;     /* tickets: the next reply's, the next free */
+    size_t fifo_cap;         /* a power of two */
+    int64_t deadline;        /* connect or reply due by then; 0: none due */
+    int64_t retry_at;        /* disconnected: no new connect before this */
+    int backoff_ms;          /* the next retry delay */
+};
+
+struct timer_list {
+    struct conn *head, *tail; /* earliest deadline first */
+};
+
+/* A small static file kept open: a hot file costs no open/fstat/close. */
+struct cached_file {
+    char *path; /* the decoded request path (the key); NULL: free slot */
+    int fd;     /* the cache's own; closed through the ring */
+    off_t size;
+    const char *type;
+    int64_t expires; /* opened again after this */
+};
+
+/* The event loop's state, beside the server's. One thread owns all of it. */
+struct loop {
+    struct io_uring ring;
+    struct io_uring_buf_ring *pbufs; /* receive buffers lent to the kernel */
+    char *pbuf_mem;                  /* their PBUF_COUNT * PBUF_SIZE bytes */
+    struct redis redis;
+    struct timer_list timers[TIMER_KINDS];
+    struct conn *closed;      /* closed, nothing in flight: to free */
+    int conns;                /* allocated, closed or not */
+    int64_t now;              /* ms, read after each wait */
+    int spare_fd;             /* on /dev/null; given up to shed at EMFILE */
+    int64_t resume_accept_at; /* 0, or when to accept again */
+    struct cached_file files[FILE_CACHE_SLOTS];
+};
+
+static struct server server;
+static struct loop loop;
+static volatile sig_atomic_t stop_requested; /* set by SIGINT/SIGTERM */
+
+/* ===== Small utilities ===== */
+
+/* ---- shared: util ---- */
+/* Start-up failures only: per-connection trouble never ends the server. */
+static void die(const char *what)
+{
+    fprintf(stderr, "%s: %s: %s\n", SERVER_NAME, what, strerror(errno));
+    exit(1);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool sb_reserve(struct strbuf *b, size_t extra)
+{
+    if (b->len + extra <= b->cap)
+        return true;
+    if (b->len + extra > STRBUF_MAX)
+        return false;
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->len + extra)
+        cap *= 2;
+    char *data = realloc(b->data, cap);
+    if (!data)
+        return false;
+    b->data = data;
+    b->cap = cap;
+    return true;
+}
+
+static bool sb_append(struct strbuf *b, const void *data, size_t n)
+{
+    if (n == 0) /* data may be NULL: an empty strbuf never allocated */
+        return true;
+    if (!sb_reserve(b, n))
+        return false;
+    memcpy(b->data + b->len, data, n);
+    b->len += n;
+    return true;
+}
+
+static bool sb_puts(struct strbuf *b, const char *s)
+{
+    return sb_append(b, s, strlen(s));
+}
+
+__attribute__((format(printf, 2, 3))) static bool
+sb_printf(struct strbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || !sb_reserve(b, (size_t)n + 1))
+        return false;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return true;
+}
+
+static void sb_free(struct strbuf *b)
+{
+    free(b->data);
+    *b = (struct strbuf){0};
+}
+
+/* Does the counted string a equal b: exactly, or ignoring case. */
+static bool eq(const char *a, size_t alen, const char *b)
+{
+    return alen == strlen(b) && memcmp(a, b, alen) == 0;
+}
+
+static bool ieq(const char *a, size_t alen, const char *b)
+{
+    return alen == strlen(b) && strncasecmp(a, b, alen) == 0;
+}
+/* ---- end shared: util ---- */
+
+/* ===== HTTP: parsing requests, building responses ===== */
+
+/* ---- shared: http_parser ---- */
+/* RFC 9110 token characters: what a method or header name may contain. */
+static bool is_tchar(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static enum parse_result parse_fail(struct http_request *r, int status)
+{
+    r->status = status;
+    r->keep_alive = false;
+    return PARSE_ERROR;
+}
+
+static int parse_method(struct http_request *r, const char *m, size_t len)
+{
+    if (len == 0)
+        return 400;
+    r->method = eq(m, len, "GET")    ? METHOD_GET
+                : eq(m, len, "HEAD") ? METHOD_HEAD
+                : eq(m, len, "POST")
+                    ? METHOD_POST
+                    : METHOD_OTHER; /* methods are case-sensitive */
+    return 0;
+}
+
+/* "HTTP/1.0" and "HTTP/1.1" are served; other well-formed versions get 505. */
+static int parse_version(struct http_request *r, const char *v, size_t len)
+{
+    if (len != 8 || memcmp(v, "HTTP/", 5) != 0 || v[6] != '.' || v[5] < '0' ||
+        v[5] > '9' || v[7] < '0' || v[7] > '9')
+        return 400;
+    if (v[5] != '1' || (v[7] != '0' && v[7] != '1'))
+        return 505;
+    r->minor = v[7] - '0';
+    return 0;
+}
+
+/* Content-Length: digits only, once; anything else is a smuggling risk. */
+static int parse_length(struct http_request *r, const char *v, size_t len)
+{
+    if (r->content_length >= 0 || len == 0 || len > 9)
+        return 400;
+    long long n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return 400;
+        n = n * 10 + (v[i] - '0');
+    }
+    r->content_length = n;
+    return 0;
+}
+
+/* Connection: a comma-separated list; we care about two tokens. */
+static void parse_connection(struct http_request *r, const char *v, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < len && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
+            i++;
+        if (ieq(v + start, i - start, "close"))
+            r->close = true;
+        else if (ieq(v + start, i - start, "keep-alive"))
+            r->keep_alive_asked = true;
+    }
+}
+
+/* One complete header line: trim the value and note what we need. */
+static int header_done(struct http_request *r, const char *buf)
+{
+    const char *name = buf + r->name, *v = buf + r->tok;
+    size_t len = r->value_end - r->tok;
+    while (len && (*v == ' ' || *v == '\t'))
+        v++, len--;
+    while (len && (v[len - 1] == ' ' || v[len - 1] == '\t'))
+        len--;
+    if (ieq(name, r->name_len, "Content-Length"))
+        return parse_length(r, v, len);
+    if (ieq(name, r->name_len, "Transfer-Encoding"))
+        return 501; /* no chunked bodies: refuse rather than misframe */
+    if (ieq(name, r->name_len, "Connection"))
+        parse_connection(r, v, len);
+    if (ieq(name, r->name_len, "Host")) {
+        if (r->has_host)
+            return 400;
+        r->has_host = true;
+    }
+    if (ieq(name, r->name_len, "Content-Type")) {
+        static const char form[] = "application/x-www-form-urlencoded";
+        size_t n = sizeof form - 1;
+        r->has_type = true;
+        r->form_type = len >= n && strncasecmp(v, form, n) == 0 &&
+                       (len == n || v[n] == ';' || v[n] == ' ');
+    }
+    return 0;
+}
+
+/* The head is complete: the checks that need all of it. */
+static enum parse_result head_done(struct http_request *r)
+{
+    if (r->minor == 1 && !r->has_host)
+        return parse_fail(r, 400);
+    if (r->method == METHOD_POST && r->content_length < 0)
+        return parse_fail(r, 411);
+    if (r->content_length > MAX_BODY)
+        return parse_fail(r, 413);
+    r->keep_alive =
+        KEEP_ALIVE && !r->close && (r->minor == 1 || r->keep_alive_asked);
+    r->state = S_DONE;
+    return PARSE_DONE;
+}
+
+/* Resumable request-head parser (the shape of nginx's and sehttpd's): it
+ * consumes buf[r->pos..len), saves its state and position, and returns
+ * PARSE_AGAIN to be called again with more bytes. PARSE_DONE leaves r->body
+ * at the first body byte; PARSE_ERROR leaves the status in r->status. */
+static enum parse_result http_parse(struct http_request *r, const char *buf,
+                                    size_t len)
+{
+    for (; r->pos < len; r->pos++) {
+        unsigned char c = (unsigned char)buf[r->pos];
+        size_t n = r->pos - r->tok; /* length of the token so far */
+        int status = 0;
+        if (r->pos >= MAX_HEAD)
+            return parse_fail(r, r->state == S_URI ? 414 : 431);
+        switch (r->state) {
+        case S_METHOD:
+            if ((c == '\r' || c == '\n') && n == 0)
+                r->tok = r->pos + 1; /* stray blank line before a request */
+            else if (c == ' ') {
+                status = parse_method(r, buf + r->tok, n);
+                r->state = S_URI;
+                r->tok = r->pos + 1;
+            } else if (!is_tchar(c) || n >= MAX_METHOD)
+                status = 400;
+            break;
+        case S_URI:
+            if (c == ' ' && n > 0) {
+                r->uri = r->tok;
+                r->uri_len = n;
+                r->state = S_VERSION;
+                r->tok = r->pos + 1;
+            } else if (c <= ' ' || c == 0x7f)
+                status = 400;
+            else if (n >= MAX_URI)
+                status = 414;
+            break;
+        case S_VERSION:
+            if (c == '\r' || c == '\n') {
+                status = parse_version(r, buf + r->tok, n);
+                r->state = c == '\r' ? S_REQUEST_LF : S_HEADER;
+            } else if (n >= 8)
+                status = 400;
+            break;
+        case S_REQUEST_LF:
+        case S_HEADER_LF:
+            if (c != '\n')
+                status = 400;
+            else if (r->state == S_HEADER_LF)
+                status = header_done(r, buf);
+            r->state = S_HEADER;
+            break;
+        case S_HEADER:
+            r->tok = r->pos;
+            if (c == '\r')
+                r->state = S_BLANK_LF;
+            else if (c == '\n') {
+                r->body = ++r->pos;
+                return head_done(r);
+            } else if (is_tchar(c))
+                r->state = S_NAME;
+            else
+                status = 400; /* includes obsolete line folding */
+            break;
+        case S_NAME:
+            if (c == ':' && n > 0) {
+                r->name = r->tok;
+                r->name_len = n;
+                r->tok = r->pos + 1;
+                r->state = S_VALUE;
+            } else if (!is_tchar(c))
+                status = 400;
+            break;
+        case S_VALUE:
+            if (c == '\r' || c == '\n') {
+                r->value_end = r->pos;
+                if (c == '\n')
+                    status = header_done(r, buf);
+                r->state = c == '\r' ? S_HEADER_LF : S_HEADER;
+            } else if ((c < ' ' && c != '\t') || c == 0x7f)
+                status = 400;
+            break;
+        case S_BLANK_LF:
+            if (c != '\n')
+                return parse_fail(r, 400);
+            r->body = ++r->pos;
+            return head_done(r);
+        case S_DONE:
+            return PARSE_DONE; /* called again while the body arrives */
+        }
+        if (status)
+            return parse_fail(r, status);
+    }
+    return PARSE_AGAIN;
+}
+
+static void http_request_init(struct http_request *r)
+{
+    *r = (struct http_request){.content_length = -1, .minor = 1};
+}
+
+/* Bytes the whole request (head and body) occupies in the buffer. */
+static size_t request_size(const struct http_request *r)
+{
+    return r->body + (size_t)(r->content_length > 0 ? r->content_length : 0);
+}
+/* ---- end shared: http_parser ---- */
+
+/* ---- shared: http_response ---- */
+static const char *reason_phrase(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 301: return "Moved Permanently";
+    case 303: return "See Other";
+    case 400: return "Bad Request";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Internal Server Error";
+    }
+}
+
+/* Status line and headers. `Connection` where it differs from the version's
+ * default (HTTP/1.1 keeps, HTTP/1.0 closes) or refuses what the client asked.
+ */
+static bool format_head(struct strbuf *out, const struct http_request *r,
+                        int status, const char *type, size_t length,
+                        const char *extra)
+{
+    char date[64];
+    struct tm tm;
+    time_t t = time(NULL);
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&t, &tm));
+    const char *conn = "";
+    if (!r->keep_alive && (r->minor == 1 || r->keep_alive_asked))
+        conn = "Connection: close\r\n";
+    else if (r->minor == 0 && r->keep_alive)
+        conn = "Connection: keep-alive\r\n";
+    return sb_printf(out,
+                     "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: zerohttpd/%s\r\n"
+                     "Content-Length: %zu\r\nContent-Type: %s\r\n%s%s\r\n",
+                     status, reason_phrase(status), date, SERVER_NAME, length,
+                     type, conn, extra ? extra : "");
+}
+
+/* A complete small response with an HTML body: errors and redirects. */
+static bool format_error(struct strbuf *out, const struct http_request *r,
+                         int status, const char *extra)
+{
+    char body[256];
+    int n =
+        snprintf(body, sizeof body,
+                 "<!DOCTYPE html>\n<html><head><title>%d %s</title></head>"
+                 "<body><h1>%d %s</h1></body></html>\n",
+                 status, reason_phrase(status), status, reason_phrase(status));
+    if (n < 0 || (size_t)n >= sizeof body)
+        return false;
+    if (status == 405 && !extra)
+        extra = "Allow: GET, HEAD\r\n";
+    return format_head(out, r, status, "text/html; charset=utf-8", (size_t)n,
+                       extra) &&
+           (r->method == METHOD_HEAD || sb_append(out, body, (size_t)n));
+}
+
+/* The Location that sends a directory named without its slash to the same
+ * target with one: the raw path (query dropped), plus "/". */
+static void slash_location(const struct http_request *r, const char *buf,
+                           char *out, size_t size)
+{
+    const char *uri = buf + r->uri;
+    const char *query = memchr(uri, '?', r->uri_len);
+    int len = (int)(query ? (size_t)(query - uri) : r->uri_len);
+    int n = snprintf(out, size, "Location: %.*s/\r\n", len, uri);
+    if (n < 0 || (size_t)n >= size)
+        out[0] = '\0';
+}
+
+/* Every answered request passes here once: counters, then the access log. */
+static void count_response(const struct http_request *r, const char *buf,
+                           int status, size_t bytes)
+{
+    __atomic_fetch_add(&server.stats->served, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&server.stats->by_class[status / 100 % STATUS_CLASSES],
+                       1, __ATOMIC_RELAXED);
+    if (server.log)
+        fprintf(stderr, "%s %.*s %d %zu\n",
+                r->method == METHOD_GET    ? "GET"
+                : r->method == METHOD_HEAD ? "HEAD"
+                : r->method == METHOD_POST ? "POST"
+                                           : "-",
+                (int)r->uri_len, buf + r->uri, status, bytes);
+}
+/* ---- end shared: http_response ---- */
+
+/* ===== Static files ===== */
+
+/* ---- shared: static_files ---- */
+static const char *mime_type(const char *path)
+{
+    static const char *const table[][2] = {
+        {"html", "text/html; charset=utf-8"},
+        {"htm", "text/html; charset=utf-8"},
+        {"css", "text/css; charset=utf-8"},
+        {"js", "text/javascript; charset=utf-8"},
+        {"json", "application/json"},
+        {"txt", "text/plain; charset=utf-8"},
+        {"png", "image/png"},
+        {"jpg", "image/jpeg"},
+        {"jpeg", "image/jpeg"},
+        {"gif", "image/gif"},
+        {"svg", "image/svg+xml"},
+        {"ico", "image/x-icon"},
+        {"webp", "image/webp"},
+        {"woff2", "font/woff2"},
+        {"pdf", "application/pdf"},
+    };
+    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+    if (dot && (!slash || dot > slash))
+        for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+            if (strcasecmp(dot + 1, table[i][0]) == 0)
+                return table[i][1];
+    return "application/octet-stream";
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes in[0..len) into out (NUL-terminated). Returns the decoded
+ * length, -1 for a bad escape or a NUL byte, -2 if it does not fit in size. */
+static long url_decode(const char *in, size_t len, char *out, size_t size,
+                       bool plus_is_space)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = in[i];
+        if (c == '%') {
+            int hi = i + 2 < len ? hex_value(in[i + 1]) : -1;
+            int lo = hi >= 0 ? hex_value(in[i + 2]) : -1;
+            if (lo < 0)
+                return -1;
+            c = (char)(hi * 16 + lo);
+            i += 2;
+        } else if (c == '+' && plus_is_space)
+            c = ' ';
+        if (c == '\0')
+            return -1;
+        if (n + 1 >= size)
+            return -2;
+        out[n++] = c;
+    }
+    out[n] = '\0';
+    return (long)n;
+}
+
+/* Decodes the request target's path once and refuses what could escape
+ * public/ lexically: `..` segments, backslashes, control bytes. Symlinks are
+ * openat2's job. Returns 0 or an HTTP status. */
+static int decode_path(const char *uri, size_t len, char *path, size_t size)
+{
+    const char *query = memchr(uri, '?', len);
+    if (query)
+        len = (size_t)(query - uri);
+    if (len == 0 || uri[0] != '/')
+        return 400;
+    long n = url_decode(uri, len, path, size, false);
+    if (n < 0)
+        return n == -2 ? 414 : 400;
+    for (long i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)path[i];
+        if (c < ' ' || c == 0x7f || c == '\\')
+            return 400;
+        if (c == '/' && path[i + 1] == '.' && path[i + 2] == '.' &&
+            (path[i + 3] == '/' || path[i + 3] == '\0'))
+            return 400;
+    }
+    return 0;
+}
+
+/* Opens a file beneath public/ for reading: the kernel refuses any path,
+ * symlink included, that would leave the directory. Returns the fd, or -1
+ * with *status set (301 for a directory named without its slash). */
+static int open_public(char *path, size_t size, struct stat *st, int *status)
+{
+    size_t len = strlen(path);
+    if (path[len - 1] == '/') {
+        if (len + sizeof "index.html" > size) {
+            *status = 414;
+            return -1;
+        }
+        memcpy(path + len, "index.html", sizeof "index.html");
+    }
+    /* O_NONBLOCK: a FIFO dropped into public/ must not hang the open. */
+    struct open_how how = {.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+    int fd =
+        (int)syscall(SYS_openat2, server.public_fd, path + 1, &how, sizeof how);
+    if (fd < 0) {
+        *status = errno == EACCES                      ? 403
+                  : errno == EMFILE || errno == ENFILE ? 503
+                                                       : 404;
+        return -1;
+    }
+    bool known = fstat(fd, st) == 0;
+    if (known && S_ISREG(st->st_mode))
+        return fd;
+    *status = known && S_ISDIR(st->st_mode) ? 301 : 404;
+    close(fd);
+    return -1;
+}
+/* ---- end shared: static_files ---- */
+
+/* ===== Redis RESP client ===== */
+
+/* ---- shared: resp ---- */
+/* A command as a RESP array of bulk strings (binary-safe by length). */
+static bool resp_format(struct strbuf *out, int argc, const char *const argv[])
+{
+    if (!sb_printf(out, "*%d\r\n", argc))
+        return false;
+    for (int i = 0; i < argc; i++)
+        if (!sb_printf(out, "$%zu\r\n", strlen(argv[i])) ||
+            !sb_puts(out, argv[i]) || !sb_append(out, "\r\n", 2))
+            return false;
+    return true;
+}
+
+static bool parse_integer(const char *s, const char *end, long long *out)
+{
+    bool neg = s < end && *s == '-';
+    s += neg;
+    if (s == end || end - s > 18)
+        return false;
+    long long n = 0;
+    for (; s < end; s++) {
+        if (*s < '0' || *s > '9')
+            return false;
+        n = n * 10 + (*s - '0');
+    }
+    *out = neg ? -n : n;
+    return true;
+}
+
+/* Frames one RESP2 reply in buf[0..len), resumably: it advances r->pos over
+ * whole elements only, so a reply arriving in pieces is never parsed twice
+ * past its last complete element. Strings (simple, error, bulk) are recorded
+ * in r->item in order; r->pos is the reply's size when PARSE_DONE. */
+static enum parse_result resp_parse(struct resp_reply *r, const char *buf,
+                                    size_t len)
+{
+    while (r->pos < len) {
+        const char *line = buf + r->pos;
+        const char *crlf = memmem(line, len - r->pos, "\r\n", 2);
+        bool text = line[0] == '+' || line[0] == '-'; /* any length */
+        if (!crlf)
+            return len - r->pos > RESP_MAX_LINE && !text ? PARSE_ERROR
+                                                         : PARSE_AGAIN;
+        size_t head = (size_t)(crlf - line) + 2, size = head;
+        long long n = 0;
+        char type = line[0];
+        if (strchr(":$*", type) && !parse_integer(line + 1, crlf, &n))
+            return PARSE_ERROR;
+        if (!type || !strchr("+-:$*", type) || (type != ':' && n > STRBUF_MAX))
+            return PARSE_ERROR; /* a length no reply of ours can have */
+        if (type == '$' && n >= 0) {
+            size += (size_t)n + 2;
+            if (len - r->pos < size)
+                return PARSE_AGAIN; /* the bulk string is not all here yet */
+            if (memcmp(line + head + n, "\r\n", 2) != 0)
+                return PARSE_ERROR;
+        }
+        if (r->depth == 0) {
+            r->type = type;
+            r->integer = n;
+        }
+        if (type == '+' || type == '-' || (type == '$' && n >= 0)) {
+            if (r->nitems == RESP_MAX_ITEMS)
+                return PARSE_ERROR;
+            r->item[r->nitems].off = r->pos + (type == '$' ? head : 1);
+            r->item[r->nitems++].len = type == '$' ? (size_t)n : head - 3;
+        }
+        r->pos += size;
+        if (type == '*' && n > 0) {
+            if (r->depth == RESP_MAX_DEPTH)
+                return PARSE_ERROR;
+            r->left[r->depth++] = n;
+            continue;
+        }
+        while (r->depth > 0 && --r->left[r->depth - 1] == 0)
+            r->depth--; /* this element completed its array */
+        if (r->depth == 0)
+            return PARSE_DONE;
+    }
+    return PARSE_AGAIN;
+}
+/* ---- end shared: resp ---- */
+
+/* ===== Guestbook rendering ===== */
+
+/* ---- shared: guestbook ---- */
+static bool html_escape(struct strbuf *out, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        const char *e = s[i] == '&'    ? "&amp;"
+                        : s[i] == '<'  ? "&lt;"
+                        : s[i] == '>'  ? "&gt;"
+                        : s[i] == '"'  ? "&quot;"
+                        : s[i] == '\'' ? "&#39;"
+                                       : NULL;
+        if (!(e ? sb_puts(out, e) : sb_append(out, s + i, 1)))
+            return false;
+    }
+    return true;
+}
+
+/* Finds `name` in an x-www-form-urlencoded body and decodes its value into
+ * out (size max + 1). A missing field is empty. Returns the length, -1 for a
+ * malformed value, -2 when longer than max. */
+static long form_field(const char *body, size_t len, const char *name,
+                       char *out, size_t max)
+{
+    size_t name_len = strlen(name);
+    out[0] = '\0';
+    for (size_t i = 0; i < len;) {
+        const char *pair = body + i, *amp = memchr(pair, '&', len - i);
+        size_t pair_len = amp ? (size_t)(amp - pair) : len - i;
+        if (pair_len > name_len && pair[name_len] == '=' &&
+            memcmp(pair, name, name_len) == 0)
+            return url_decode(pair + name_len + 1, pair_len - name_len - 1, out,
+                              max + 1, true);
+        i += pair_len + 1;
+    }
+    return 0;
+}
+
+/* A POST body to the one Redis list element it becomes, "<name length>:"
+ * then name then remark, so neither can be confused with the other. Returns
+ * 0 or an HTTP status. */
+static int guest_entry(const char *body, size_t len, char *entry, size_t size)
+{
+    char name[MAX_NAME + 1], remark[MAX_REMARK + 1];
+    long nlen = form_field(body, len, "guest-name", name, MAX_NAME);
+    long rlen = form_field(body, len, "guest-remarks", remark, MAX_REMARK);
+    if (nlen < 0 || rlen <= 0)
+        return 400; /* bad escape, too long, or an empty remark */
+    int n = snprintf(entry, size, "%ld:%s%s", nlen, name, remark);
+    return n < 0 || (size_t)n >= size ? 500 : 0;
+}
+
+/* One stored entry as a page paragraph, escaped. An element that is not in
+ * our format is shown whole, as an anonymous remark. */
+static bool render_entry(struct strbuf *out, const char *e, size_t len)
+{
+    long long nlen = 0;
+    const char *colon = memchr(e, ':', len < 4 ? len : 4), *name = e;
+    if (colon && parse_integer(e, colon, &nlen) && nlen >= 0 &&
+        (size_t)nlen <= len - (size_t)(colon + 1 - e))
+        name = colon + 1;
+    else
+        nlen = 0;
+    const char *remark = name + nlen;
+    size_t rlen = len - (size_t)(remark - e);
+    return sb_puts(out, "<p class=\"guest-entry\">") &&
+           html_escape(out, remark, rlen) &&
+           sb_puts(out, " <span class=\"guest-name\">&mdash; ") &&
+           (nlen > 0 ? html_escape(out, name, (size_t)nlen)
+                     : sb_puts(out, "anonymous")) &&
+           sb_puts(out, "</span></p>\n");
+}
+
+/* The LRANGE reply's entries, in order, as HTML. */
+static bool render_remarks(struct strbuf *out, const char *buf,
+                           const struct resp_reply *r)
+{
+    for (size_t i = 0; i < r->nitems; i++)
+        if (!render_entry(out, buf + r->item[i].off, r->item[i].len))
+            return false;
+    return true;
+}
+
+/* 1234567 -> "1,234,567". */
+static void format_count(long long n, char *out, size_t size)
+{
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%lld", n < 0 ? 0 : n);
+    size_t o = 0;
+    for (int i = 0; i < len && o + 2 < size; i++) {
+        if (i > 0 && (len - i) % 3 == 0)
+            out[o++] = ',';
+        out[o++] = digits[i];
+    }
+    out[o] = '\0';
+}
+
+/* The template with its two placeholders filled in. */
+static bool render_page(struct strbuf *out, const struct strbuf *remarks,
+                        long long visitors)
+{
+    static const char rem[] = "$GUEST_REMARKS$", vis[] = "$VISITOR_COUNT$";
+    char count[40];
+    format_count(visitors, count, sizeof count);
+    const char *t = server.template, *end = t + server.template_len;
+    while (t < end) {
+        const char *dollar = memchr(t, '$', (size_t)(end - t));
+        if (!dollar)
+            return sb_append(out, t, (size_t)(end - t));
+        if (!sb_append(out, t, (size_t)(dollar - t)))
+            return false;
+        size_t left = (size_t)(end - dollar);
+        bool ok;
+        if (left >= sizeof rem - 1 &&
+            memcmp(dollar, rem, sizeof rem - 1) == 0) {
+            ok = sb_append(out, remarks->data, remarks->len);
+            t = dollar + sizeof rem - 1;
+        } else if (left >= sizeof vis - 1 &&
+                   memcmp(dollar, vis, sizeof vis - 1) == 0) {
+            ok = sb_puts(out, count);
+            t = dollar + sizeof vis - 1;
+        } else {
+            ok = sb_append(out, "$", 1);
+            t = dollar + 1;
+        }
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+/* ---- end shared: guestbook ---- */
+
+/* ---- shared: route ---- */
+/* Decides what a parsed request is for. The path is decoded into `path`;
+ * ROUTE_ERROR leaves the status in r->status. */
+static enum route route_request(struct http_request *r, const char *buf,
+                                char *path, size_t size)
+{
+    int status = 0;
+    if (r->method == METHOD_OTHER)
+        status = 501;
+    else if ((status = decode_path(buf + r->uri, r->uri_len, path, size)) ==
+             0) {
+        if (strcmp(path, "/guestbook") == 0) {
+            if (r->method != METHOD_POST)
+                return ROUTE_PAGE;
+            if (r->form_type)
+                return ROUTE_POST;
+            status = 415;
+        } else if (r->method == METHOD_POST)
+            status = 405;
+        else
+            return ROUTE_STATIC;
+    }
+    r->status = status;
+    return ROUTE_ERROR;
+}
+/* ---- end shared: route ---- */
+
+/* ===== The concurrency model: one thread, one io_uring ===== */
+
+/* ---- shared: event_decls ---- */
+/* The loop's functions call each other in cycles (a Redis reply finishes a
+ * response, which may close its connection, which leaves the FIFO), so
+ * these are declared first and defined below in reading order. */
+static void conn_close(struct conn *c);
+static void conn_advance(struct conn *c);
+static void respond_error(struct conn *c, int status, const char *extra);
+static void redis_queue(struct conn *c, int argc, const char *const argv[]);
+static void redis_fail(void);
+static void accept_resume(void);
+/* ---- end shared: event_decls ---- */
+
+/* The backend: io_uring. Nothing is watched: operations are queued in the
+ * submission ring (new_sqe), handed over in batches, and each comes back as
+ * one completion tagged with its owner and kind. */
+
+/* Where io_uring cannot run (a seccomp filter, kernel.io_uring_disabled, an
+ * old kernel): one line that says so, exit 1. */
+static void unavailable(const char *what, int err)
+{
+    fprintf(stderr, "%s: unavailable: %s: %s\n", SERVER_NAME, what,
+            strerror(err));
+    exit(1);
+}
+
+/* Lends pool buffer `bid` (back) to the kernel. */
+static void pbuf_recycle(unsigned bid)
+{
+    io_uring_buf_ring_add(loop.pbufs, loop.pbuf_mem + (size_t)bid * PBUF_SIZE,
+                          PBUF_SIZE, (unsigned short)bid,
+                          io_uring_buf_ring_mask(PBUF_COUNT), 0);
+    io_uring_buf_ring_advance(loop.pbufs, 1);
+}
+
+/* Receive buffers lent to the kernel (Linux 5.19): a recv takes one only
+ * when bytes arrive, so an idle connection holds none. liburing 2.3 has no
+ * io_uring_setup_buf_ring() (2.4 does): the ring is mapped and registered
+ * by hand. */
+static void pbuf_init(void)
+{
+    size_t ring_bytes = PBUF_COUNT * sizeof(struct io_uring_buf);
+    char *mem =
+        mmap(NULL, ring_bytes + (size_t)PBUF_COUNT * PBUF_SIZE,
+             PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        die("mmap");
+    struct io_uring_buf_reg reg = {.ring_addr = (uintptr_t)mem,
+                                   .ring_entries = PBUF_COUNT,
+                                   .bgid = PBUF_GROUP};
+    int err = io_uring_register_buf_ring(&loop.ring, &reg, 0);
+    if (err < 0)
+        unavailable("provided buffer ring", -err);
+    loop.pbufs = (struct io_uring_buf_ring *)mem;
+    loop.pbuf_mem = mem + ring_bytes;
+    io_uring_buf_ring_init(loop.pbufs);
+    for (unsigned bid = 0; bid < PBUF_COUNT; bid++)
+        pbuf_recycle(bid);
+}
+
+/* One thread submits, so the kernel may keep completion work until that
+ * thread enters the ring (SINGLE_ISSUER | DEFER_TASKRUN, Linux 6.1); older
+ * kernels refuse the flags with EINVAL and get a plain ring. No SQPOLL: a
+ * kernel thread polling the ring would take a core of its own. */
+static void backend_init(void)
+{
+    struct io_uring_params p = {.flags = IORING_SETUP_CQSIZE |
+                                         IORING_SETUP_SINGLE_ISSUER |
+                                         IORING_SETUP_DEFER_TASKRUN,
+                                .cq_entries = CQ_ENTRIES};
+    int err = io_uring_queue_init_params(RING_ENTRIES, &loop.ring, &p);
+    if (err == -EINVAL) {
+        p = (struct io_uring_params){.flags = IORING_SETUP_CQSIZE,
+                                     .cq_entries = CQ_ENTRIES};
+        err = io_uring_queue_init_params(RING_ENTRIES, &loop.ring, &p);
+    }
+    if (err < 0)
+        unavailable("io_uring_setup", -err);
+    if (!(p.features & IORING_FEAT_EXT_ARG)) /* a wait with a timeout */
+        unavailable("io_uring_setup", ENOSYS);
+    pbuf_init();
+}
+
+/* The next submission slot, its user_data the owner's address | kind. A
+ * full ring is submitted early. Entries are issued in the order queued:
+ * closing a descriptor behind the operations that name it relies on it. */
+static struct io_uring_sqe *new_sqe(void *owner, enum op op)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&loop.ring);
+    if (!sqe) {
+        int err = io_uring_submit(&loop.ring);
+        if (!(sqe = io_uring_get_sqe(&loop.ring))) {
+            errno = err < 0 ? -err : EBUSY; /* the ring itself is broken */
+            die("io_uring_submit");
+        }
+    }
+    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)owner | op);
+    return sqe;
+}
+
+/* An operation for c: counted until its completion is reaped. */
+static struct io_uring_sqe *conn_sqe(struct conn *c, enum op op)
+{
+    c->inflight++;
+    return new_sqe(c, op);
+}
+
+static struct io_uring_sqe *redis_sqe(enum op op)
+{
+    loop.redis.inflight++;
+    return new_sqe(&loop.redis, op);
+}
+
+/* close() through the ring: queued behind every operation that names fd,
+ * so the number cannot be reused under them. */
+static void close_later(int fd)
+{
+    io_uring_prep_close(new_sqe(NULL, OP_NONE), fd);
+}
+
+/* ---- shared: event_timers ---- */
+/* How long each kind of timer runs. T_NONE never fires. */
+static const int timer_ms[TIMER_KINDS] = {[T_IDLE] = IDLE_TIMEOUT_MS,
+                                          [T_REQUEST] = REQUEST_TIMEOUT_MS,
+                                          [T_SEND] = SEND_TIMEOUT_MS,
+                                          [T_LINGER] = LINGER_MS};
+
+static void timer_unlink(struct conn *c)
+{
+    struct timer_list *l = &loop.timers[c->timer];
+    if (!c->prev && l->head != c)
+        return; /* on no list: just opened */
+    *(c->prev ? &c->prev->next : &l->head) = c->next;
+    *(c->next ? &c->next->prev : &l->tail) = c->prev;
+    c->prev = c->next = NULL;
+}
+
+/* (Re)arms c's timer: off its list, onto the tail of kind's. Every timer of
+ * a kind runs equally long, so the tail always holds the latest deadline:
+ * the list stays sorted and is never searched. */
+static void timer_set(struct conn *c, enum timer_kind kind)
+{
+    struct timer_list *l = &loop.timers[kind];
+    timer_unlink(c);
+    c->timer = kind;
+    c->deadline = loop.now + timer_ms[kind];
+    c->prev = l->tail;
+    *(l->tail ? &l->tail->next : &l->head) = c;
+    l->tail = c;
+}
+
+/* Milliseconds to the earliest deadline: the list heads, the Redis reply,
+ * the accept pause; at most ACCEPT_WAKE_MS. */
+static int next_timeout(void)
+{
+    int64_t next = loop.now + ACCEPT_WAKE_MS;
+    for (int k = 0; k < T_NONE; k++)
+        if (loop.timers[k].head && loop.timers[k].head->deadline < next)
+            next = loop.timers[k].head->deadline;
+    if (loop.redis.deadline && loop.redis.deadline < next)
+        next = loop.redis.deadline;
+    if (loop.resume_accept_at && loop.resume_accept_at < next)
+        next = loop.resume_accept_at;
+    return next > loop.now ? (int)(next - loop.now) : 0;
+}
+
+/* Fires what is due. A connection past its deadline is closed without an
+ * answer (it idled, stalled mid-request, stopped reading, or has lingered
+ * long enough); a Redis reply overdue fails the link; a paused listener is
+ * watched again. Only expired list heads are looked at. */
+static void expire_timers(void)
+{
+    for (int k = 0; k < T_NONE; k++)
+        while (loop.timers[k].head && loop.timers[k].head->deadline <= loop.now)
+            conn_close(loop.timers[k].head);
+    if (loop.redis.deadline && loop.redis.deadline <= loop.now)
+        redis_fail();
+    if (loop.resume_accept_at && loop.resume_accept_at <= loop.now)
+        accept_resume();
+}
+/* ---- end shared: event_timers ---- */
+
+/* Connections. */
+
+/* Queues a recv into whichever pool buffer the kernel picks when bytes
+ * arrive: at most what the request buffer can still take. */
+static void conn_recv(struct conn *c)
+{
+    size_t room = c->state == C_LINGER ? PBUF_SIZE : CONN_BUF_SIZE - c->len;
+    struct io_uring_sqe *sqe = conn_sqe(c, OP_RECV);
+    io_uring_prep_recv(sqe, c->fd, NULL, room < PBUF_SIZE ? room : PBUF_SIZE,
+                       0);
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = PBUF_GROUP;
+}
+
+/* A new client: reading, under the idle timer, with no buffer until its
+ * first bytes arrive. TCP_NODELAY came with it from the listener. */
+static void conn_open(int fd)
+{
+    struct conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return;
+    }
+    c->fd = fd;
+    c->file = -1;
+    http_request_init(&c->req);
+    loop.conns++;
+    timer_set(c, T_IDLE);
+    conn_recv(c);
+}
+
+/* Lets go of the response's file: a cached one stays open for the next. */
+static void file_release(struct conn *c)
+{
+    if (c->file >= 0 && c->own_file)
+        close_later(c->file);
+    c->file = -1;
+}
+
+/* Ends a connection: off its timer list and out of the Redis FIFO now. Its
+ * operations in flight are cancelled (all of them on this socket); it is
+ * freed only when the last of their completions is reaped, since until
+ * then the kernel may still write into its buffers, and never before the
+ * end of this loop turn, since callers may still look at c->state. */
+static void conn_close(struct conn *c)
+{
+    struct redis *rd = &loop.redis;
+    if (c->state == C_CLOSED)
+        return;
+    if (c->state == C_REDIS && c->ticket >= rd->head)
+        rd->fifo[c->ticket & (rd->fifo_cap - 1)] = NULL;
+    timer_unlink(c);
+    c->state = C_CLOSED;
+    if (c->inflight > 0)
+        io_uring_prep_cancel_fd(new_sqe(NULL, OP_NONE), c->fd,
+                                IORING_ASYNC_CANCEL_ALL);
+    else {
+        c->next = loop.closed;
+        loop.closed = c;
+    }
+}
+
+static void free_closed(void)
+{
+    while (loop.closed) {
+        struct conn *c = loop.closed;
+        loop.closed = c->next;
+        close_later(c->fd);
+        file_release(c);
+        free(c->buf);
+        sb_free(&c->out);
+        sb_free(&c->work);
+        free(c);
+        loop.conns--;
+    }
+}
+
+/* The response is out. After an error: half-close and drain (see
+ * conn_read). Connection: close: close. Otherwise back to reading, with the
+ * next pipelined request perhaps already buffered (conn_advance takes it);
+ * a connection left with nothing buffered gives its buffers back. */
+static void response_done(struct conn *c)
+{
+    size_t used = request_size(&c->req);
+    file_release(c);
+    sb_free(&c->out);
+    sb_free(&c->work);
+    if (c->linger) {
+        io_uring_prep_shutdown(new_sqe(NULL, OP_NONE), c->fd, SHUT_WR);
+        c->state = C_LINGER;
+        timer_set(c, T_LINGER);
+        conn_recv(c);
+    } else if (!c->req.keep_alive)
+        conn_close(c);
+    else {
+        memmove(c->buf, c->buf + used, c->len - used);
+        if ((c->len -= used) == 0) {
+            free(c->buf);
+            c->buf = NULL;
+            c->cap = 0;
+        }
+        http_request_init(&c->req);
+        c->state = C_READING;
+        timer_set(c, c->len ? T_REQUEST : T_IDLE);
+        conn_advance(c);
+        if (c->state == C_READING)
+            conn_recv(c);
+    }
+}
+
+/* File bytes the next READ asks for: what fits in a chunk-sized buffer. */
+static unsigned file_chunk(const struct conn *c)
+{
+    off_t left = c->file_size - c->file_off;
+    size_t room = FILE_CHUNK - c->out.len;
+    return (unsigned)((size_t)left < room ? (size_t)left : room);
+}
+
+/* Moves the response on by one operation. The file's first chunk is read
+ * in after the head (a small file leaves in one send); later chunks reuse
+ * the buffer once it is all sent; a short send comes back here for the
+ * rest. A send in flight runs under the send timer. */
+static void conn_write(struct conn *c)
+{
+    bool unsent = c->sent < c->out.len;
+    if (c->file >= 0 && c->file_off < c->file_size &&
+        (!unsent || c->file_off == 0)) {
+        if (!unsent)
+            c->out.len = c->sent = 0;
+        unsigned n = file_chunk(c);
+        if (!sb_reserve(&c->out, n)) {
+            conn_close(c);
+            return;
+        }
+        io_uring_prep_read(conn_sqe(c, OP_READ), c->file,
+                           c->out.data + c->out.len, n, (uint64_t)c->file_off);
+    } else if (unsent) {
+        io_uring_prep_send(conn_sqe(c, OP_SEND), c->fd, c->out.data + c->sent,
+                           c->out.len - c->sent, MSG_NOSIGNAL);
+        timer_set(c, T_SEND);
+    } else
+        response_done(c);
+}
+
+/* Makes room for `need` request bytes. The buffer starts small and
+ * doubles, up to one whole request: here it lives for several loop turns
+ * (recv, READ, SEND), so a burst of clients would otherwise each pin a
+ * CONN_BUF_SIZE buffer at once. Offsets into it survive the realloc. */
+static bool conn_grow(struct conn *c, size_t need)
+{
+    size_t cap = c->cap ? c->cap : REQUEST_BUF_MIN;
+    while (cap < need)
+        cap *= 2;
+    cap = cap < CONN_BUF_SIZE ? cap : CONN_BUF_SIZE;
+    char *buf = realloc(c->buf, cap);
+    if (!buf)
+        return false;
+    c->buf = buf;
+    c->cap = cap;
+    return true;
+}
+
+/* A recv completed with res bytes in pool buffer `data`. Reading: copy
+ * them in (the buffer grows if need be) and serve what is complete. Lingering
+ * after an error reply: drop them, so that closing does not reset the
+ * connection under the reply; until the client's FIN, LINGER_MAX_BYTES, or the
+ * timer. */
+static void conn_read(struct conn *c, int res, const char *data)
+{
+    if (res == -ENOBUFS) { /* the pool ran dry for a moment: ask again */
+        conn_recv(c);
+        return;
+    }
+    if (res <= 0 || !data) {
+        conn_close(c);
+        return;
+    }
+    if (c->state == C_LINGER) {
+        if ((c->drained += (size_t)res) >= LINGER_MAX_BYTES)
+            conn_close(c);
+        else
+            conn_recv(c);
+        return;
+    }
+    if (c->len + (size_t)res > c->cap && !conn_grow(c, c->len + (size_t)res)) {
+        conn_close(c);
+        return;
+    }
+    if (c->len == 0) /* the first byte starts the request's clock */
+        timer_set(c, T_REQUEST);
+    memcpy(c->buf + c->len, data, (size_t)res);
+    c->len += (size_t)res;
+    conn_advance(c);
+    if (c->state == C_READING)
+        conn_recv(c);
+}
+
+/* One of c's operations completed. A closed connection only counts down;
+ * otherwise: a recv, a file chunk read (all of it, or the file shrank), or
+ * a send (progress; the rest is sent by conn_write). */
+static void conn_complete(struct conn *c, enum op op, int res, const char *data)
+{
+    c->inflight--;
+    if (c->state == C_CLOSED) {
+        if (c->inflight == 0) {
+            c->next = loop.closed;
+            loop.closed = c;
+        }
+    } else if (op == OP_RECV)
+        conn_read(c, res, data);
+    else if (res <= 0 || (op == OP_READ && (unsigned)res != file_chunk(c)))
+        conn_close(c);
+    else if (op == OP_READ) {
+        c->out.len += (size_t)res;
+        c->file_off += res;
+        conn_write(c);
+    } else {
+        c->sent += (size_t)res;
+        conn_write(c);
+    }
+}
+
+/* Out of descriptors: give up the spare one for a moment to accept the
+ * waiting client and close it at once. With no spare, or nobody waiting
+ * (the kernel reports EMFILE before it looks at the queue), accepting
+ * pauses for EMFILE_PAUSE_MS instead of spinning on the same error. */
+static bool shed_client(void)
+{
+    int fd = -1;
+    if (loop.spare_fd >= 0) {
+        close(loop.spare_fd);
+        fd = accept4(server.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+            close(fd);
+        loop.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    if (server.log)
+        fprintf(stderr, "%s: out of descriptors: %s\n", SERVER_NAME,
+                fd >= 0 ? "refused a client" : "pausing accept");
+    if (fd >= 0)
+        return true;
+    loop.resume_accept_at = loop.now + EMFILE_PAUSE_MS;
+    return false;
+}
+
+/* Arms the multishot accept: one submission, then a completion per client
+ * until the kernel ends it (a completion without IORING_CQE_F_MORE). Plain
+ * descriptors, not direct ones: liburing 2.3's io_uring_prep_accept_direct()
+ * stores IORING_FILE_INDEX_ALLOC plus one, which wraps to 0 and quietly
+ * means "not direct" (fixed in 2.4). */
+static void accept_resume(void)
+{
+    loop.resume_accept_at = 0;
+    if (loop.spare_fd < 0)
+        loop.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    io_uring_prep_multishot_accept(new_sqe(NULL, OP_ACCEPT), server.listen_fd,
+                                   NULL, NULL, SOCK_CLOEXEC);
+}
+
+/* An accept completed: a new client, or an error. */
+static void accept_clients(int res, unsigned flags)
+{
+    bool more = flags & IORING_CQE_F_MORE; /* still armed */
+    if (res >= 0)
+        conn_open(res);
+    else if ((res == -EMFILE || res == -ENFILE) && !more && !shed_client())
+        return; /* expire_timers resumes */
+    if (!more && !stop_requested)
+        accept_resume();
+}
+
+/* The app: 07's event_app, but for static files (see open_cached). */
+
+/* Starts a response: c->out holds the head (and any body); `file` (-1:
+ * none) follows it, read chunk by chunk through the ring, and c->own_file
+ * says whether the response closes it. Nothing is sent here: conn_write
+ * queues the first operation. */
+static void conn_respond(struct conn *c, int status, int file, off_t size)
+{
+    count_response(&c->req, c->buf, status,
+                   c->out.len + (file >= 0 ? (size_t)size : 0));
+    c->file = file;
+    c->file_off = 0;
+    c->file_size = c->req.method == METHOD_HEAD ? 0 : size;
+    c->sent = 0;
+    c->state = C_WRITING;
+    conn_write(c);
+}
+
+/* An error page or a redirect; extra: more header lines, or NULL. */
+static void respond_error(struct conn *c, int status, const char *extra)
+{
+    c->out.len = 0;
+    if (format_error(&c->out, &c->req, status, extra))
+        conn_respond(c, status, -1, 0);
+    else
+        conn_close(c);
+}
+
+/* open_public() behind a small cache, after nginx's open_file_cache: a hit
+ * costs no system call (openat2, fstat and close would be three of them per
+ * request). Only files up to FILE_CACHE_MAX are kept, so each use of a
+ * cached fd is one READ, queued at once; a cached fd is closed through the
+ * ring, so behind those READs. Bigger files belong to their response. */
+static int open_cached(struct conn *c, char *path, size_t size, off_t *fsize,
+                       const char **type, int *status)
+{
+    uint32_t hash = 2166136261u; /* FNV-1a */
+    for (const char *p = path; *p; p++)
+        hash = (hash ^ (unsigned char)*p) * 16777619u;
+    struct cached_file *f = &loop.files[hash % FILE_CACHE_SLOTS];
+    struct stat st;
+    c->own_file = false;
+    if (f->path && strcmp(f->path, path) == 0 && loop.now < f->expires) {
+        *fsize = f->size;
+        *type = f->type;
+        return f->fd;
+    }
+    char *key = strdup(path);
+    int fd = open_public(path, size, &st, status);
+    if (fd >= 0) {
+        *fsize = st.st_size;
+        *type = mime_type(path);
+    }
+    if (fd < 0 || !key || st.st_size > FILE_CACHE_MAX) {
+        c->own_file = true;
+        free(key);
+        return fd;
+    }
+    if (f->path)
+        close_later(f->fd);
+    free(f->path);
+    *f = (struct cached_file){key, fd, st.st_size, *type,
+                              loop.now + FILE_CACHE_MS};
+    return fd;
+}
+
+/* Closes cached files past their time, so the cache never holds a
+ * descriptor (or a deleted file) for long after its last use. */
+static void file_cache_expire(void)
+{
+    for (int i = 0; i < FILE_CACHE_SLOTS; i++) {
+        struct cached_file *f = &loop.files[i];
+        if (f->path && f->expires <= loop.now) {
+            close_later(f->fd);
+            free(f->path);
+            f->path = NULL;
+        }
+    }
+}
+
+static void serve_static(struct conn *c, char *path, size_t size)
+{
+    const char *type = NULL;
+    off_t fsize = 0;
+    int status = 0, file = open_cached(c, path, size, &fsize, &type, &status);
+    if (file < 0) {
+        char location[MAX_URI + 64];
+        slash_location(&c->req, c->buf, location, sizeof location);
+        respond_error(c, status, status == 301 ? location : NULL);
+    } else {
+        c->out.len = 0;
+        if (format_head(&c->out, &c->req, 200, type, (size_t)fsize, NULL))
+            conn_respond(c, 200, file, fsize);
+        else {
+            c->file = file;
+            file_release(c);
+            conn_close(c);
+        }
+    }
+}
+
+/* GET or HEAD /guestbook: the first of three Redis round trips. */
+static void guestbook_start(struct conn *c)
+{
+    static const char *const lrange[] = {"LRANGE", "guestbook:remarks",
+                                         ("-" GUESTBOOK_SHOWN), "-1"};
+    if (!server.template) {
+        respond_error(c, 500, NULL);
+        return;
+    }
+    c->step = 0;
+    redis_queue(c, 4, lrange);
+}
+
+/* POST /guestbook: one RPUSH, then the redirect. */
+static void post_guestbook(struct conn *c)
+{
+    char entry[MAX_NAME + MAX_REMARK + 32];
+    int status =
+        guest_entry(c->buf + c->req.body, (size_t)c->req.content_length, entry,
+                    sizeof entry);
+    const char *rpush[] = {"RPUSH", "guestbook:remarks", entry};
+    if (status != 0) {
+        respond_error(c, status, NULL);
+        return;
+    }
+    c->step = 0;
+    redis_queue(c, 3, rpush);
+}
+
+static void respond_page(struct conn *c, long long visitors)
+{
+    struct strbuf page = {0};
+    c->out.len = 0;
+    bool ok = render_page(&page, &c->work, visitors) &&
+              format_head(&c->out, &c->req, 200, "text/html; charset=utf-8",
+                          page.len, NULL) &&
+              (c->req.method == METHOD_HEAD ||
+               sb_append(&c->out, page.data, page.len));
+    sb_free(&page);
+    if (ok)
+        conn_respond(c, 200, -1, 0);
+    else
+        respond_error(c, 500, NULL);
+}
+
+/* One Redis reply for c, framed by r in buf: the next step, or the answer.
+ * POST: RPUSH's integer, then 303. GET: LRANGE's entries, INCR, then GET's
+ * count and the page. An error reply, or one of the wrong shape: 503. */
+static void guestbook_next(struct conn *c, const struct resp_reply *r,
+                           const char *buf)
+{
+    static const char *const incr[] = {"INCR", "guestbook:visitors"};
+    static const char *const get[] = {"GET", "guestbook:visitors"};
+    long long visitors = 0;
+    int step = c->step++;
+    if (r->type == '-')
+        respond_error(c, 503, NULL);
+    else if (c->req.method == METHOD_POST && r->type == ':')
+        respond_error(c, 303, "Location: /guestbook\r\n");
+    else if (c->req.method == METHOD_POST)
+        respond_error(c, 503, NULL);
+    else if (step == 0 && r->type == '*' && render_remarks(&c->work, buf, r))
+        redis_queue(c, 2, incr);
+    else if (step == 1)
+        redis_queue(c, 2, get);
+    else if (step == 2 && r->nitems == 1 &&
+             parse_integer(buf + r->item[0].off,
+                           buf + r->item[0].off + r->item[0].len, &visitors))
+        respond_page(c, visitors);
+    else
+        respond_error(c, 503, NULL);
+}
+
+/* A complete request: route it and start answering. Static files and
+ * errors are answered now; the guestbook waits for Redis. */
+static void start_request(struct conn *c)
+{
+    char path[MAX_URI + sizeof "index.html"];
+    switch (route_request(&c->req, c->buf, path, sizeof path)) {
+    case ROUTE_STATIC: serve_static(c, path, sizeof path); break;
+    case ROUTE_PAGE: guestbook_start(c); break;
+    case ROUTE_POST: post_guestbook(c); break;
+    default: respond_error(c, c->req.status, NULL); break;
+    }
+}
+
+/* Serves the complete requests in c's buffer, in order, each as far as it
+ * goes now. A pipelined request is looked at only once the one before it is
+ * answered, so responses leave in request order. */
+static void conn_advance(struct conn *c)
+{
+    while (c->state == C_READING && c->len > 0) {
+        /* Once the head is parsed (body set), only the body is awaited: the
+         * parser must not see body bytes as headers. */
+        enum parse_result pr =
+            c->req.body ? PARSE_DONE : http_parse(&c->req, c->buf, c->len);
+        if (pr == PARSE_AGAIN ||
+            (pr == PARSE_DONE && c->len < request_size(&c->req)))
+            return;
+        timer_set(c, T_NONE); /* complete: the reading clocks stop */
+        if (pr == PARSE_ERROR) {
+            c->linger = true;
+            respond_error(c, c->req.status, NULL);
+        } else
+            start_request(c);
+    }
+}
+
+/* Redis: the same FIFO and pipelining as 07, over the ring. */
+
+/* Parks c at the FIFO's tail. Tickets count up for ever; a ticket's slot is
+ * ticket % fifo_cap, and the ring doubles when full. */
+static bool fifo_push(struct conn *c)
+{
+    struct redis *rd = &loop.redis;
+    if (rd->tail - rd->head == rd->fifo_cap) {
+        size_t cap = rd->fifo_cap ? rd->fifo_cap * 2 : FIFO_INITIAL;
+        struct conn **fifo = malloc(cap * sizeof *fifo);
+        if (!fifo)
+            return false;
+        for (uint64_t t = rd->head; t != rd->tail; t++)
+            fifo[t & (cap - 1)] = rd->fifo[t & (rd->fifo_cap - 1)];
+        free(rd->fifo);
+        rd->fifo = fifo;
+        rd->fifo_cap = cap;
+    }
+    c->ticket = rd->tail++;
+    rd->fifo[c->ticket & (rd->fifo_cap - 1)] = c;
+    return true;
+}
+
+/* The client owed the next reply: NULL if it has gone (or none waits). */
+static struct conn *fifo_pop(void)
+{
+    struct redis *rd = &loop.redis;
+    if (rd->head == rd->tail)
+        return NULL;
+    return rd->fifo[rd->head++ & (rd->fifo_cap - 1)];
+}
+
+/* The failed link's last operation is reaped: its socket can go. */
+static void redis_closed(void)
+{
+    struct redis *rd = &loop.redis;
+    close_later(rd->fd);
+    rd->fd = -1;
+    rd->closing = false;
+    rd->wire.len = rd->sent = 0;
+}
+
+/* The link is down, garbled or too slow: answer 503 to every waiting client
+ * (their replies will never come), cancel the socket's operations (it is
+ * closed once they are reaped), and allow a new connect only after a
+ * backoff that doubles, so a dead Redis costs one connect per backoff, not
+ * one per request. */
+static void redis_fail(void)
+{
+    struct redis *rd = &loop.redis;
+    if (rd->fd >= 0 && !rd->closing) {
+        rd->closing = true;
+        if (rd->inflight > 0)
+            io_uring_prep_cancel_fd(new_sqe(NULL, OP_NONE), rd->fd,
+                                    IORING_ASYNC_CANCEL_ALL);
+        else
+            redis_closed();
+        if (server.log)
+            fprintf(stderr, "%s: redis: link lost, retry in %d ms\n",
+                    SERVER_NAME, rd->backoff_ms);
+    }
+    rd->connecting = false;
+    rd->out.len = rd->in.len = 0;
+    rd->reply = (struct resp_reply){0};
+    rd->deadline = 0;
+    rd->retry_at = loop.now + rd->backoff_ms;
+    rd->backoff_ms = rd->backoff_ms * 2 < REDIS_BACKOFF_MAX_MS
+                         ? rd->backoff_ms * 2
+                         : REDIS_BACKOFF_MAX_MS;
+    while (rd->head != rd->tail) {
+        struct conn *c = fifo_pop();
+        if (c) {
+            respond_error(c, 503, NULL);
+            conn_advance(c);
+        }
+    }
+}
+
+/* Starts the connect through the ring; it completes (redis_complete)
+ * within REDIS_TIMEOUT_MS, or the deadline fails the link. */
+static bool redis_connect(void)
+{
+    struct redis *rd = &loop.redis;
+    int one = 1;
+    rd->fd = socket(server.redis_addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (rd->fd < 0) {
+        redis_fail();
+        return false;
+    }
+    setsockopt(rd->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    rd->connecting = true;
+    rd->deadline = loop.now + REDIS_TIMEOUT_MS;
+    io_uring_prep_connect(redis_sqe(OP_REDIS_CONNECT), rd->fd,
+                          (struct sockaddr *)&server.redis_addr,
+                          server.redis_addr_len);
+    return true;
+}
+
+/* Queues c's next command (sent at the end of this loop turn, with
+ * everyone else's) and parks c in the FIFO until its reply. Redis down and
+ * not yet due for a retry: 503 at once. */
+static void redis_queue(struct conn *c, int argc, const char *const argv[])
+{
+    struct redis *rd = &loop.redis;
+    if (rd->closing ||
+        (rd->fd < 0 && (loop.now < rd->retry_at || !redis_connect()))) {
+        respond_error(c, 503, NULL);
+        return;
+    }
+    size_t queued = rd->out.len;
+    if (!resp_format(&rd->out, argc, argv) || !fifo_push(c)) {
+        rd->out.len = queued; /* half a command would garble the stream */
+        respond_error(c, 503, NULL);
+        return;
+    }
+    if (rd->head + 1 == rd->tail && !rd->connecting)
+        rd->deadline = loop.now + REDIS_TIMEOUT_MS; /* the first waiter */
+    c->state = C_REDIS;
+}
+
+/* Moves the reply being framed to the start of the buffer, offsets too. */
+static void redis_compact(size_t start)
+{
+    struct redis *rd = &loop.redis;
+    if (start == 0)
+        return;
+    memmove(rd->in.data, rd->in.data + start, rd->in.len - start);
+    rd->in.len -= start;
+    rd->reply.pos -= start;
+    for (size_t i = 0; i < rd->reply.nitems; i++)
+        rd->reply.item[i].off -= start;
+}
+
+/* Keeps one recv in flight while connected; replies land after rd->in's
+ * bytes, which stay put until it completes. */
+static void redis_recv(void)
+{
+    struct redis *rd = &loop.redis;
+    if (!sb_reserve(&rd->in, REDIS_READ_SIZE)) {
+        redis_fail();
+        return;
+    }
+    io_uring_prep_recv(redis_sqe(OP_REDIS_RECV), rd->fd,
+                       rd->in.data + rd->in.len, rd->in.cap - rd->in.len, 0);
+}
+
+/* res bytes of replies have arrived: frame each whole one and hand it to
+ * the client at the FIFO's head (or drop it, if that client has gone). Each
+ * reply resets the reply clock for the next waiter. */
+static void redis_read(int res)
+{
+    struct redis *rd = &loop.redis;
+    size_t start = 0; /* where the reply being framed begins */
+    rd->in.len += (size_t)res;
+    for (;;) {
+        enum parse_result pr = resp_parse(&rd->reply, rd->in.data, rd->in.len);
+        if (pr == PARSE_AGAIN)
+            break;
+        if (pr == PARSE_ERROR || rd->head == rd->tail) {
+            redis_fail(); /* garbled, or a reply nobody asked for */
+            return;
+        }
+        struct conn *c = fifo_pop();
+        rd->backoff_ms = REDIS_BACKOFF_MS; /* healthy again */
+        rd->deadline = rd->head != rd->tail ? loop.now + REDIS_TIMEOUT_MS : 0;
+        if (c) {
+            guestbook_next(c, &rd->reply, rd->in.data);
+            conn_advance(c);
+        }
+        start = rd->reply.pos;
+        rd->reply = (struct resp_reply){.pos = start};
+    }
+    redis_compact(start);
+    redis_recv();
+}
+
+/* Sends the rest of the commands in flight. */
+static void redis_send_wire(void)
+{
+    struct redis *rd = &loop.redis;
+    io_uring_prep_send(redis_sqe(OP_REDIS_SEND), rd->fd,
+                       rd->wire.data + rd->sent, rd->wire.len - rd->sent,
+                       MSG_NOSIGNAL);
+}
+
+/* Hands the queued commands to the kernel in one send. Called once per loop
+ * turn, so the commands of every client served in it leave together: that
+ * is the pipelining. The kernel reads rd->wire until the send completes, so
+ * commands queued meanwhile wait in rd->out for a later turn. */
+static void redis_send(void)
+{
+    struct redis *rd = &loop.redis;
+    if (rd->fd < 0 || rd->connecting || rd->closing || rd->wire.len > 0 ||
+        rd->out.len == 0)
+        return;
+    struct strbuf queued = rd->out;
+    rd->out = rd->wire; /* empty: its memory is reused */
+    rd->wire = queued;
+    rd->sent = 0;
+    redis_send_wire();
+}
+
+/* One of the link's operations completed. A failed link only counts down;
+ * otherwise: connected, sent (perhaps short), or replies to read. */
+static void redis_complete(enum op op, int res)
+{
+    struct redis *rd = &loop.redis;
+    rd->inflight--;
+    if (rd->closing) {
+        if (rd->inflight == 0)
+            redis_closed();
+    } else if (res < 0 || (res == 0 && op == OP_REDIS_RECV))
+        redis_fail();
+    else if (op == OP_REDIS_CONNECT) {
+        rd->connecting = false;
+        rd->deadline = rd->head != rd->tail ? loop.now + REDIS_TIMEOUT_MS : 0;
+        redis_recv();
+    } else if (op == OP_REDIS_SEND) {
+        rd->sent += (size_t)res;
+        if (rd->sent < rd->wire.len)
+            redis_send_wire();
+        else
+            rd->wire.len = rd->sent = 0;
+    } else
+        redis_read(res);
+}
+
+/* The loop. */
+
+/* Hands one completion to its owner: user_data is the owner's address
+ * with the operation's kind in the low bits. A pool buffer is lent again as
+ * soon as its bytes are copied out. */
+static void dispatch(const struct io_uring_cqe *cqe)
+{
+    enum op op = (enum op)(cqe->user_data & OP_MASK);
+    void *owner = (void *)(uintptr_t)(cqe->user_data & ~OP_MASK);
+    unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+    const char *data = cqe->flags & IORING_CQE_F_BUFFER
+                           ? loop.pbuf_mem + (size_t)bid * PBUF_SIZE
+                           : NULL;
+    switch (op) {
+    case OP_NONE: break;
+    case OP_ACCEPT: accept_clients(cqe->res, cqe->flags); break;
+    case OP_RECV:
+    case OP_SEND:
+    case OP_READ: conn_complete(owner, op, cqe->res, data); break;
+    default: redis_complete(op, cqe->res); break;
+    }
+    if (data)
+        pbuf_recycle(bid);
+}
+
+/* Submits everything queued since the last call and sleeps until a
+ * completion arrives or timeout_ms pass (a signal also wakes it), then
+ * handles every completion that is ready. One system call for all that:
+ * io_uring_enter() both submits and waits. */
+static void wait_for_events(int timeout_ms)
+{
+    struct __kernel_timespec ts = {.tv_sec = timeout_ms / 1000,
+                                   .tv_nsec = timeout_ms % 1000 * 1000000LL};
+    struct io_uring_cqe *cqe;
+    int err = io_uring_submit_and_wait_timeout(&loop.ring, &cqe, 1, &ts, NULL);
+    if (err < 0 && err != -ETIME && err != -EINTR && server.log)
+        fprintf(stderr, "%s: io_uring_enter: %s\n", SERVER_NAME,
+                strerror(-err));
+    loop.now = now_ms();
+    for (int n = 0; n < CQ_ENTRIES && io_uring_peek_cqe(&loop.ring, &cqe) == 0;
+         n++) {
+        struct io_uring_cqe done = *cqe;
+        io_uring_cqe_seen(&loop.ring, cqe); /* its slot is free again */
+        dispatch(&done);
+    }
+}
+
+/* Each turn: send what Redis was given, submit and wait, handle the
+ * completions, fire what is due (cached files too), free what was closed. A
+ * stop request interrupts the wait (no SA_RESTART). */
+static void serve_forever(void)
+{
+    while (!stop_requested) {
+        loop.now = now_ms();
+        redis_send();
+        wait_for_events(next_timeout());
+        expire_timers();
+        file_cache_expire();
+        free_closed();
+    }
+}
+
+/* server_init() made a blocking listener, as the blocking models want: it
+ * turns non-blocking for shed_client's accept4(), and TCP_NODELAY on it is
+ * inherited by every client; one descriptor is set aside for EMFILE. */
+static void loop_init(void)
+{
+    int one = 1, flags = fcntl(server.listen_fd, F_GETFL);
+    if (flags < 0 || fcntl(server.listen_fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+        setsockopt(server.listen_fd, IPPROTO_TCP, TCP_NODELAY, &one,
+                   sizeof one) < 0)
+        die("listen socket");
+    loop.now = now_ms();
+    loop.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    loop.redis.fd = -1;
+    loop.redis.backoff_ms = REDIS_BACKOFF_MS;
+    if (loop.spare_fd < 0)
+        die("event loop setup");
+    accept_resume();
+}
+
+/* After a stop: every connection closed and the accept and Redis
+ * cancelled; the loop turns until their completions are reaped (at most
+ * STOP_DRAIN_MS), so that nothing in the kernel points into freed memory. */
+static void loop_close(void)
+{
+    struct redis *rd = &loop.redis;
+    int64_t deadline = now_ms() + STOP_DRAIN_MS;
+    for (int k = 0; k < TIMER_KINDS; k++)
+        while (loop.timers[k].head)
+            conn_close(loop.timers[k].head);
+    redis_fail();
+    io_uring_prep_cancel64(new_sqe(NULL, OP_NONE), OP_ACCEPT, 0);
+    free_closed();
+    while ((loop.conns > 0 || rd->inflight > 0) && now_ms() < deadline) {
+        wait_for_events((int)(deadline - now_ms()));
+        free_closed();
+    }
+    loop.now = INT64_MAX; /* every cached file expires */
+    file_cache_expire();
+    io_uring_submit(&loop.ring); /* the last closes */
+    io_uring_queue_exit(&loop.ring);
+    sb_free(&rd->out);
+    sb_free(&rd->wire);
+    sb_free(&rd->in);
+    free(rd->fifo);
+    close(loop.spare_fd);
+    close(server.listen_fd);
+}
+
+/* ---- shared: startup ---- */
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+/* No SA_RESTART: a blocked accept() or poll() returns EINTR, so the loops
+ * notice the flag. SIGPIPE is ignored: a client leaving is not our death. */
+static void install_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGINT, &sa, NULL) < 0 || sigaction(SIGTERM, &sa, NULL) < 0 ||
+        signal(SIGPIPE, SIG_IGN) == SIG_ERR)
+        die("sigaction");
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: %s [port [redis-host [redis-port]]]\n",
+            SERVER_NAME);
+    exit(2);
+}
+
+static int parse_port(const char *s)
+{
+    long long port = 0;
+    if (!parse_integer(s, s + strlen(s), &port) || port < 1 || port > 65535)
+        usage();
+    return (int)port;
+}
+
+static void parse_args(int argc, char **argv)
+{
+    const char *host = argc > 2 ? argv[2] : DEFAULT_REDIS_HOST;
+    const char *rport = argc > 3 ? argv[3] : NULL;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM},
+                    *ai;
+    char service[8];
+    if (argc > 4)
+        usage();
+    server.port = argc > 1 ? parse_port(argv[1]) : DEFAULT_PORT;
+    snprintf(service, sizeof service, "%d",
+             rport ? parse_port(rport) : DEFAULT_REDIS_PORT);
+    int err = getaddrinfo(host, service, &hints, &ai);
+    if (err != 0) {
+        fprintf(stderr, "%s: redis host %s: %s\n", SERVER_NAME, host,
+                gai_strerror(err));
+        usage();
+    }
+    memcpy(&server.redis_addr, ai->ai_addr, ai->ai_addrlen);
+    server.redis_addr_len = ai->ai_addrlen;
+    freeaddrinfo(ai);
+}
+
+/* The template is read once: every page is rendered from memory, so no
+ * model ever blocks on a disk read for it. A missing template is not fatal:
+ * /guestbook answers 500 and says why in the log. */
+static void load_template(void)
+{
+    FILE *f = fopen(TEMPLATE_PATH, "rb");
+    char *data = f ? malloc(TEMPLATE_MAX) : NULL;
+    size_t n = data ? fread(data, 1, TEMPLATE_MAX, f) : 0;
+    if (f)
+        fclose(f);
+    if (!data || n == 0 || n == TEMPLATE_MAX) {
+        fprintf(stderr, "%s: warning: cannot read %s; /guestbook will fail\n",
+                SERVER_NAME, TEMPLATE_PATH);
+        free(data);
+        return;
+    }
+    server.template = data;
+    server.template_len = n;
+}
+
+static int open_listener(int port)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET,
+                               .sin_port = htons((uint16_t)port),
+                               .sin_addr.s_addr = htonl(INADDR_ANY)};
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 ||
+        listen(fd, LISTEN_BACKLOG) < 0)
+        die("listen");
+    return fd;
+}
+
+static void server_init(int argc, char **argv)
+{
+    parse_args(argc, argv);
+    install_signals();
+    server.log =
+        getenv("ZEROHTTPD_LOG") && strcmp(getenv("ZEROHTTPD_LOG"), "1") == 0;
+    server.stats = mmap(NULL, sizeof *server.stats, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (server.stats == MAP_FAILED)
+        die("mmap");
+    server.public_fd = open(PUBLIC_DIR, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (server.public_fd < 0)
+        die("open " PUBLIC_DIR "/ (run from the repo root)");
+    load_template();
+    server.listen_fd = open_listener(server.port);
+    printf("%s listening on port %d\n", SERVER_NAME, server.port);
+    fflush(stdout);
+}
+
+static void print_summary(void)
+{
+    const struct stats *s = server.stats;
+    printf("%s: served %lu requests (2xx %lu, 3xx %lu, 4xx %lu, 5xx %lu)\n",
+           SERVER_NAME, s->served, s->by_class[2], s->by_class[3],
+           s->by_class[4], s->by_class[5]);
+    fflush(stdout);
+}
+/* ---- end shared: startup ---- */
+
+/* ===== main ===== */
+
+/* The ring comes first: where io_uring is unavailable, the server says so
+ * and exits 1 before it parses arguments or binds the port. */
+int main(int argc, char **argv)
+{
+    backend_init();
+    server_init(argc, argv);
+    loop_init();
+    serve_forever();
+    loop_close();
+    print_summary();
+    return 0;
+}
