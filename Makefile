@@ -19,7 +19,7 @@ LDLIBS_io_uring := -luring
 PORT        ?= 8000
 
 .PHONY: all asan check-sync sync-shared format format-check deps test demo sweep \
-        sweep-full fuzz clean
+        sweep-full fuzz soak clean
 all: $(BINS)
 asan: $(ASAN)
 
@@ -66,6 +66,14 @@ sweep-full: deps
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	fuzz/run -t $(FUZZ_SECONDS)
+
+# Soak (loadtest/soak --help): a million mixed requests per server with Redis
+# killed and restarted in the middle; minutes per server, not part of `make test`.
+# make soak SOAK_ARGS=--quick, or SOAK_ARGS="--servers epoll,prethreaded"
+SOAK_ARGS ?=
+soak: deps
+	$(MAKE) all
+	py=$$(tools/python) && "$$py" loadtest/soak --no-build $(SOAK_ARGS)
 
 clean:
 	rm -f $(SERVERS)

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -230,7 +231,7 @@ class ServerProcess:
         full_env = dict(os.environ)
         full_env.pop("ZEROHTTPD_LOG", None)  # quiet: stderr is for sanitizers
         # Leak checking is a later issue; UB aborts are compiled in.
-        full_env.setdefault("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=0")
+        full_env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
         full_env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
         full_env.update(env or {})
         with open(self.stderr_path, "wb") as err:
@@ -359,3 +360,25 @@ def run_to_exit(binary, args, cwd, timeout=5.0):
         proc.kill()
         out, err = proc.communicate(timeout=timeout)
         return None, out.decode(), err.decode()
+
+
+# ---- looking at a server from outside ----
+
+def token():
+    """A unique tag, to find this test's remark among everyone else's."""
+    return "t" + uuid.uuid4().hex[:11]
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def wait_for_fds(pid, baseline, timeout=5.0):
+    """Poll until the server holds at most `baseline` descriptors again
+    (closed connections take a moment to leave); returns the last count."""
+    deadline = time.monotonic() + timeout
+    count = fd_count(pid)
+    while count > baseline and time.monotonic() < deadline:
+        time.sleep(0.05)
+        count = fd_count(pid)
+    return count

@@ -152,18 +152,6 @@ class Connection:
         finally:
             self.sock.settimeout(TIMEOUT)
 
-    def is_open(self):
-        """True if the server has not closed the connection (checked without
-        blocking and without consuming anything)."""
-        if self.eof:
-            return False
-        try:
-            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
-        except BlockingIOError:
-            return True
-        except ConnectionResetError:
-            return False
-
 
 def parse_head(raw):
     """Split a response head into (version, status, reason, Headers)."""

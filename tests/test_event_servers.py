@@ -7,7 +7,6 @@ test shows that with real sockets and real processes, and then checks that
 the server gave back every descriptor (counted in /proc/PID/fd).
 """
 
-import os
 import resource
 import select
 import signal
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from processes import RedisServer, ServerProcess
+from processes import RedisServer, ServerProcess, fd_count, wait_for_fds
 from rawhttp import HOST, Connection, assert_html_error, get
 
 pytestmark = pytest.mark.models("poll", "epoll", "io_uring")
@@ -28,7 +27,6 @@ IDLE_CLIENTS = 10_000
 FD_MARGIN = 512  # descriptors beyond the idle clients: ours, the server's
 PROMPT = 0.5  # seconds: "served promptly" while the loop is under strain
 REDIS_TIMEOUT = 1.0  # seconds the servers wait for a Redis reply
-SETTLE = 5.0  # seconds for closed connections to leave the server
 STALLED_READERS = 50
 SMALL_RCVBUF = 64 * 1024  # a reader's window: the server holds the rest
 
@@ -51,9 +49,6 @@ def many_descriptors():
 
 # ---- looking at the server from outside ----
 
-def fd_count(pid):
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
 
 def rss_kib(pid):
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -67,16 +62,6 @@ def settled_fd_count(pid):
     time.sleep(0.2)
     return fd_count(pid)
 
-
-def wait_for_fds(pid, baseline, timeout=SETTLE):
-    """Poll until the server holds at most `baseline` descriptors again;
-    returns the last count seen."""
-    deadline = time.monotonic() + timeout
-    count = fd_count(pid)
-    while count > baseline and time.monotonic() < deadline:
-        time.sleep(0.05)
-        count = fd_count(pid)
-    return count
 
 
 def readable(conns):

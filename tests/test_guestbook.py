@@ -8,20 +8,16 @@ exact ones (except where a test sets the counter itself just before).
 import re
 import subprocess
 import time
-import uuid
 
 import pytest
 
+from processes import token
 from rawhttp import Connection, assert_html_error, exchange, media_type
 
 FORM_HEAD = (b"POST /guestbook HTTP/1.1\r\nHost: x\r\n"
              b"Content-Type: application/x-www-form-urlencoded\r\n")
 COUNT_RE = r"\d{1,3}(?:,\d{3})*"  # 1,234,567: groups of three after the first
 
-
-def token():
-    """A unique tag to find this test's remark among everyone else's."""
-    return "t" + uuid.uuid4().hex[:11]
 
 
 def page_regex(site):

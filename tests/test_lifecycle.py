@@ -38,7 +38,7 @@ def test_summary_counts_by_status_class(server):
 def test_sigterm_with_an_idle_connection_exits_cleanly(server):
     # One kept connection idle after a response (iterative has closed it) and
     # one that never sent a byte: neither may hold up the exit.
-    with Connection(server.port) as kept, Connection(server.port) as silent:
+    with Connection(server.port) as kept, Connection(server.port) as _silent:
         kept.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         assert kept.read_response().status == 200
         time.sleep(0.2)  # let the server accept the silent one
