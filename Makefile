@@ -47,7 +47,7 @@ deps:
 
 # The interpreter is picked inside each recipe, after deps has installed it.
 test: deps
-	$(MAKE) all asan check-sync
+	$(MAKE) all asan check-sync format-check
 	py=$$(tools/python pytest) && "$$py" -m pytest tests/ -v -rs $(PYTEST_ARGS)
 
 demo: deps

@@ -1274,8 +1274,6 @@ static bool handle_request(struct conn *c)
 static void serve_connection(int fd, struct redis *rd)
 {
     struct conn c = {.fd = fd, .redis = rd, .buf = malloc(CONN_BUF_SIZE)};
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     set_timeout(fd, SO_SNDTIMEO, SEND_TIMEOUT_MS);
     bool keep = c.buf != NULL;
     while (keep) {
@@ -1378,6 +1376,8 @@ static void load_template(void)
     server.template_len = n;
 }
 
+/* TCP_NODELAY on the listener is inherited by every accepted socket: a
+ * response goes out at once, with no setsockopt() per connection. */
 static int open_listener(int port)
 {
     struct sockaddr_in addr = {.sin_family = AF_INET,
@@ -1386,6 +1386,7 @@ static int open_listener(int port)
     int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 ||
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0 ||
         bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 ||
         listen(fd, LISTEN_BACKLOG) < 0)
         die("listen");

@@ -1232,11 +1232,10 @@ static void conn_want(struct conn *c, unsigned events)
 }
 
 /* A new client: reading, under the idle timer, with no buffer until its
- * first bytes arrive. */
+ * first bytes arrive. (TCP_NODELAY came with it from the listener.) */
 static void conn_open(int fd)
 {
     struct conn *c = calloc(1, sizeof *c);
-    int one = 1;
     if (!c) {
         close(fd);
         return;
@@ -1244,7 +1243,6 @@ static void conn_open(int fd)
     c->w = (struct watch){.fd = fd, .kind = W_CLIENT};
     c->file = -1;
     http_request_init(&c->req);
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     timer_set(c, T_IDLE);
     conn_want(c, EV_READ);
 }
@@ -1985,6 +1983,8 @@ static void load_template(void)
     server.template_len = n;
 }
 
+/* TCP_NODELAY on the listener is inherited by every accepted socket: a
+ * response goes out at once, with no setsockopt() per connection. */
 static int open_listener(int port)
 {
     struct sockaddr_in addr = {.sin_family = AF_INET,
@@ -1993,6 +1993,7 @@ static int open_listener(int port)
     int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 ||
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0 ||
         bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 ||
         listen(fd, LISTEN_BACKLOG) < 0)
         die("listen");

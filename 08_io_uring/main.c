@@ -2037,14 +2037,12 @@ static void serve_forever(void)
 }
 
 /* server_init() made a blocking listener, as the blocking models want: it
- * turns non-blocking for shed_client's accept4(), and TCP_NODELAY on it is
- * inherited by every client; one descriptor is set aside for EMFILE. */
+ * turns non-blocking for shed_client's accept4(); one descriptor is set
+ * aside for EMFILE. */
 static void loop_init(void)
 {
-    int one = 1, flags = fcntl(server.listen_fd, F_GETFL);
-    if (flags < 0 || fcntl(server.listen_fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
-        setsockopt(server.listen_fd, IPPROTO_TCP, TCP_NODELAY, &one,
-                   sizeof one) < 0)
+    int flags = fcntl(server.listen_fd, F_GETFL);
+    if (flags < 0 || fcntl(server.listen_fd, F_SETFL, flags | O_NONBLOCK) < 0)
         die("listen socket");
     loop.now = now_ms();
     loop.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -2161,6 +2159,8 @@ static void load_template(void)
     server.template_len = n;
 }
 
+/* TCP_NODELAY on the listener is inherited by every accepted socket: a
+ * response goes out at once, with no setsockopt() per connection. */
 static int open_listener(int port)
 {
     struct sockaddr_in addr = {.sin_family = AF_INET,
@@ -2169,6 +2169,7 @@ static int open_listener(int port)
     int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 ||
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0 ||
         bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 ||
         listen(fd, LISTEN_BACKLOG) < 0)
         die("listen");
