@@ -131,7 +131,7 @@ struct http_request {
     size_t uri, uri_len;
     int minor;                /* HTTP/1.<minor> */
     long long content_length; /* -1 when absent */
-    bool has_host, has_type, form_type, chunked;
+    bool has_host, form_type;
     bool close, keep_alive_asked; /* Connection: close / keep-alive */
     bool keep_alive;              /* decided once the head is parsed */
     size_t body;                  /* offset of the first body byte */
@@ -382,7 +382,6 @@ static int header_done(struct http_request *r, const char *buf)
     if (ieq(name, r->name_len, "Content-Type")) {
         static const char form[] = "application/x-www-form-urlencoded";
         size_t n = sizeof form - 1;
-        r->has_type = true;
         r->form_type = len >= n && strncasecmp(v, form, n) == 0 &&
                        (len == n || v[n] == ';' || v[n] == ' ');
     }

@@ -151,7 +151,7 @@ struct http_request {
     size_t uri, uri_len;
     int minor;                /* HTTP/1.<minor> */
     long long content_length; /* -1 when absent */
-    bool has_host, has_type, form_type, chunked;
+    bool has_host, form_type;
     bool close, keep_alive_asked; /* Connection: close / keep-alive */
     bool keep_alive;              /* decided once the head is parsed */
     size_t body;                  /* offset of the first body byte */
@@ -479,7 +479,6 @@ static int header_done(struct http_request *r, const char *buf)
     if (ieq(name, r->name_len, "Content-Type")) {
         static const char form[] = "application/x-www-form-urlencoded";
         size_t n = sizeof form - 1;
-        r->has_type = true;
         r->form_type = len >= n && strncasecmp(v, form, n) == 0 &&
                        (len == n || v[n] == ';' || v[n] == ' ');
     }
@@ -1594,10 +1593,8 @@ static void start_request(struct conn *c)
 static void conn_advance(struct conn *c)
 {
     while (c->state == C_READING && c->len > 0) {
-        /* Once the head is parsed (body set), only the body is awaited: the
-         * parser must not see body bytes as headers. */
-        enum parse_result pr =
-            c->req.body ? PARSE_DONE : http_parse(&c->req, c->buf, c->len);
+        /* Called again while a body arrives, the parser stays PARSE_DONE. */
+        enum parse_result pr = http_parse(&c->req, c->buf, c->len);
         if (pr == PARSE_AGAIN ||
             (pr == PARSE_DONE && c->len < request_size(&c->req)))
             return;
