@@ -1,27 +1,22 @@
 /*
  * 01_iterative: one client at a time, in one process.
  *
- * The model. The server accepts a connection, reads one request, answers it,
- * closes the connection and only then accepts the next. There is no
- * concurrency at all: this file is the baseline every other model is measured
- * against, and the reason the other seven exist.
+ * The model. Accept a connection, read one request, answer it, close it, and
+ * only then accept the next. No concurrency at all: the baseline every other
+ * model is measured against, and the reason the other seven exist.
  *
  * One request's life:
- *   accept() -> poll()+recv() until the parser has a whole request
- *   -> route: static file (openat2 + sendfile) or guestbook (3 Redis round
- *      trips, each awaited) -> send() the response -> close()
+ *   accept() -> recv() until the parser has a whole request -> a file
+ *   (openat2 + sendfile) or the guestbook (3 Redis round trips) -> close()
  *
- * What it gains: nothing to lock, nothing to share, nothing to reap. The code
- * is the app and the protocol, with no model in the way.
- * What it costs: every client waits for every other. While one client is slow
- * (a slow link, a large file, a 10 s half-sent request, a slow Redis) the
- * listen queue just grows. Keep-alive would let one client hold the only
- * server forever, so this server always answers `Connection: close`.
- * Where it breaks: as soon as clients overlap. Under ab it still looks fine at
- * low concurrency, because ab itself is the bottleneck there; watch the
- * latency percentiles, not just requests per second.
+ * What it gains: nothing to lock, share or reap; the code is just the app.
+ * What it costs: every client waits for every other. One slow client (slow
+ * link, large file, half-sent request, slow Redis) holds the whole server,
+ * so it never keeps a connection open: `Connection: close`, always.
+ * Where it breaks: as soon as clients overlap. Under ab it looks fine at low
+ * concurrency, where ab is the bottleneck: watch the latency, not just req/s.
  *
- * Diff with: 02_forking/main.c (the same server, one child process per client).
+ * Diff with: 02_forking/main.c (the same, with a child process per client).
  * Run: ./iterative [port [redis-host [redis-port]]] from the repo root.
  */
 

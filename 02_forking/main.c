@@ -1,29 +1,22 @@
 /*
  * 02_forking: one child process per connection.
  *
- * The model. The parent only accepts. For every connection it fork()s a
- * child that serves that client (all its keep-alive requests) and exits. The
- * kernel runs the children side by side, so a slow client costs only its own
- * process. The parent reaps exited children when SIGCHLD interrupts accept(),
- * or they would linger as zombies.
+ * The model. The parent only accepts; for every connection it fork()s a
+ * child that serves that client (all its keep-alive requests) and exits. A
+ * slow client costs only its own process. Exited children are reaped when
+ * SIGCHLD interrupts accept(), or they would linger as zombies.
  *
  * One request's life:
- *   parent: accept() -> fork() -> close its copy of the socket -> accept()
+ *   parent: accept() -> fork() -> close its copy -> (SIGCHLD) waitpid()
  *   child:  connect to Redis -> serve_connection() (as in 01) -> _exit()
- *   parent: SIGCHLD -> waitpid(WNOHANG) until no exited child is left
  *
- * What it gains: isolation. A child that crashes takes one client with it;
- * blocking code needs no locks; the model is three system calls long.
- * What it costs: a fork() and an exit per connection (page tables copied,
- * then torn down), a fresh Redis connection per client, and a process per
- * concurrent client. Keep-alive helps: one fork serves many requests.
- * Where it breaks: thousands of concurrent clients mean thousands of
- * processes; fork() fails (EAGAIN) at the process limit and the connection
- * is dropped. Counters live in a MAP_SHARED page so the children's requests
- * show up in the parent's summary.
+ * What it gains: isolation, and blocking code with no locks at all.
+ * What it costs: a fork() and an exit per connection (page tables copied and
+ * torn down), a Redis connection per client, a process per concurrent one.
+ * Where it breaks: at the process limit fork() fails and the client is
+ * dropped. (Counters live in a MAP_SHARED page, so children's count too.)
  *
- * Diff with: 01_iterative/main.c (where serving happened in the only process)
- * and 03_preforked/main.c (the processes made once, up front).
+ * Diff with: 01_iterative/main.c and 03_preforked/main.c (processes made once).
  * Run: ./forking [port [redis-host [redis-port]]] from the repo root.
  */
 
@@ -88,7 +81,7 @@
 
 /* This model's own settings. */
 #define SERVER_NAME     "forking"
-#define KEEP_ALIVE      true  /* a child per client can afford to wait */
+#define KEEP_ALIVE      true  /* the worker awaits its client's next request */
 #define ACCEPT_WAKE_MS  1000  /* how late a stop request may be noticed */
 #define SEND_TIMEOUT_MS 10000 /* a reader that stops reading is dropped */
 #define EMFILE_PAUSE_MS 10    /* out of descriptors: wait, then retry */
@@ -1446,12 +1439,15 @@ static void reap_children(void)
 
 /* The child: one client, its own Redis connection, then exit. PDEATHSIG ties
  * its life to the parent's, so stopping the parent stops every child. */
-static void serve_child(int fd, pid_t parent)
+static pid_t spawn_child(int fd, pid_t parent)
 {
-    struct redis rd = {.fd = -1};
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
     close(server.listen_fd);
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
-        _exit(1); /* the parent is gone already */
+        _exit(1);
+    struct redis rd = {.fd = -1};
     serve_connection(fd, &rd);
     redis_free(&rd);
     _exit(0);
@@ -1469,8 +1465,7 @@ static void serve_forever(void)
         int fd = accept_client();
         if (fd < 0)
             continue;
-        if (fork() == 0)
-            serve_child(fd, parent);
+        spawn_child(fd, parent);
         close(fd); /* the child has its own copy; fork() failing drops it */
     }
     reap_children();

@@ -1,30 +1,22 @@
 /*
  * 03_preforked: a fixed pool of worker processes, each blocking in accept().
  *
- * The model. At start the parent forks ZEROHTTPD_WORKERS workers (default
- * 32). Each worker loops: accept() on the shared listening socket, serve that
- * client to the end, accept again. The kernel hands each new connection to
- * one waiting worker. The parent only supervises: it sleeps in sigsuspend(),
- * replaces a worker that dies, and on SIGINT/SIGTERM stops them all.
+ * The model. The parent forks ZEROHTTPD_WORKERS workers (default 32), then
+ * only supervises: it replaces a worker that dies and stops all on SIGTERM.
+ * Each worker loops: accept() on the shared socket, serve that client to the
+ * end, accept again. Linux wakes one waiting accept(): no thundering herd.
  *
  * One request's life:
  *   worker: accept() -> serve_connection() (as in 01) -> accept() ...
- *   parent: sigsuspend() -> SIGCHLD -> waitpid() -> fork() a replacement
+ *   parent: sigwait() -> SIGCHLD -> waitpid() -> fork() a replacement
  *
- * What it gains: no fork() per connection (the pool is paid for once), and
- * each worker keeps one Redis connection for its whole life.
- * What it costs: the pool size is the concurrency limit. With keep-alive, N
- * idle clients can hold all N workers while everyone else waits in the
- * listen queue until the 5 s idle timeout frees one.
- * The thundering herd: many processes blocked in accept() on one socket.
- * Old kernels woke them all for every connection; Linux wakes just one
- * (exclusive wait), so here the herd is quiet. It returns with poll/epoll
- * over a shared socket, see 06 and 07.
- * Where it breaks: when concurrent clients outnumber workers, and when the
- * pool is made so large that memory (one process each) runs out.
+ * What it gains: no fork() per connection, one Redis connection per worker.
+ * What it costs: the pool size is the concurrency limit. N idle keep-alive
+ * clients hold all N workers; the rest wait until the 5 s idle timeout.
+ * Where it breaks: when clients outnumber workers; a bigger pool moves the
+ * limit at the price of a process per worker.
  *
- * Diff with: 02_forking/main.c (a process per connection) and
- * 05_prethreaded/main.c (the same pool, made of threads).
+ * Diff with: 02_forking/main.c and 05_prethreaded/main.c (a pool of threads).
  * Run: ZEROHTTPD_WORKERS=32 ./preforked [port [redis-host [redis-port]]]
  */
 
@@ -89,7 +81,7 @@
 
 /* This model's own settings. */
 #define SERVER_NAME     "preforked"
-#define KEEP_ALIVE      true  /* a worker waits for one client's next request */
+#define KEEP_ALIVE      true  /* the worker awaits its client's next request */
 #define ACCEPT_WAKE_MS  1000  /* how late a stop request may be noticed */
 #define SEND_TIMEOUT_MS 10000 /* a reader that stops reading is dropped */
 #define EMFILE_PAUSE_MS 10    /* out of descriptors: wait, then retry */
@@ -1436,11 +1428,6 @@ static int accept_client(void)
 
 static pid_t workers[MAX_WORKERS]; /* the pool, 0 for an empty slot */
 
-static void on_child(int sig)
-{
-    (void)sig; /* only to wake sigsuspend(); waitpid() does the rest */
-}
-
 /* The pool size from the environment: a number in 1..max, else exit 2. */
 static int pool_size(const char *var, int fallback, int max)
 {
@@ -1486,37 +1473,32 @@ static void replace_workers(int n, const sigset_t *mask, pid_t parent)
             }
 }
 
-/* The parent blocks the signals it waits for and takes them only inside
- * sigsuspend(), so a stop request can never slip in between a check of the
- * flag and the wait. */
+/* The parent blocks SIGCHLD, SIGINT and SIGTERM and takes them one at a
+ * time in sigwait(): no handler runs, and none can slip in unseen between
+ * a check and the wait. The workers get the old mask back. */
 static void serve_forever(void)
 {
     int n = pool_size("ZEROHTTPD_WORKERS", DEFAULT_WORKERS, MAX_WORKERS);
-    struct sigaction sa = {.sa_handler = on_child, .sa_flags = SA_NOCLDSTOP};
+    int sig = SIGCHLD;
     sigset_t wait_for, old;
     pid_t parent = getpid();
-    sigemptyset(&sa.sa_mask);
     sigemptyset(&wait_for);
     sigaddset(&wait_for, SIGCHLD);
     sigaddset(&wait_for, SIGINT);
     sigaddset(&wait_for, SIGTERM);
-    if (sigaction(SIGCHLD, &sa, NULL) < 0 ||
-        sigprocmask(SIG_BLOCK, &wait_for, &old) < 0)
-        die("signals");
+    if (sigprocmask(SIG_BLOCK, &wait_for, &old) < 0)
+        die("sigprocmask");
     for (int i = 0; i < n; i++)
         if ((workers[i] = spawn_worker(&old, parent)) < 0)
             die("fork");
-    while (!stop_requested) {
-        sigsuspend(&old);
-        if (!stop_requested)
+    while (sig == SIGCHLD)
+        if (sigwait(&wait_for, &sig) == 0 && sig == SIGCHLD)
             replace_workers(n, &old, parent);
-    }
     for (int i = 0; i < n; i++)
         if (workers[i] > 0)
             kill(workers[i], SIGTERM);
-    for (int i = 0; i < n; i++)
-        if (workers[i] > 0)
-            waitpid(workers[i], NULL, 0);
+    while (wait(NULL) > 0) /* every worker, so that none outlives us */
+        ;
 }
 
 /* ===== main ===== */

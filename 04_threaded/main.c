@@ -2,27 +2,22 @@
  * 04_threaded: one detached thread per connection.
  *
  * The model. The main thread accepts; for every connection it starts a
- * detached pthread that serves that client to the end and exits. Threads
- * share the address space, so starting one is far cheaper than fork(), and
- * there is nothing to reap: a detached thread cleans up after itself.
+ * detached pthread that serves that client to the end and exits. Far cheaper
+ * than fork(): the address space is shared, and nothing is left to reap.
+ * Shared state must be safe to share: here, read-only settings and atomics.
  *
  * One request's life:
- *   main:   accept() -> pthread_create(serve_client) -> accept()
+ *   main:   accept() -> pthread_create(serve_client) -> accept() ...
  *   thread: connect to Redis -> serve_connection() (as in 01) -> return
  *
- * What it gains: concurrency as plain blocking code, at thread cost.
- * What it costs: memory per client, mostly the stack. The default 8 MiB
- * stack is virtual (only touched pages are resident), but 15,000 clients
- * would reserve 117 GiB of address space; this server asks for THREAD_STACK
- * (64 KiB) since serving a request needs a few KiB of stack. Each thread
- * also opens its own Redis connection. Shared state must be safe to share:
- * here only the read-only `server` settings and atomic counters.
- * Where it breaks: at the thread limit (pid_max, 32768 here: every thread is
- * a task), when pthread_create() fails the connection is dropped; long
- * before that, the scheduler juggles thousands of threads that mostly wait.
+ * What it gains: concurrency as plain blocking code, at a thread's cost.
+ * What it costs: a stack per client (THREAD_STACK, 64 KiB: the default 8 MiB
+ * would reserve 117 GiB for 15,000 clients) and a Redis connection each.
+ * Where it breaks: at the thread limit (pid_max, 32768) pthread_create()
+ * fails and the client is dropped; long before, the scheduler juggles
+ * thousands of threads that mostly wait.
  *
- * Diff with: 02_forking/main.c (a process per connection) and
- * 05_prethreaded/main.c (a fixed pool of threads).
+ * Diff with: 03_preforked/main.c and 05_prethreaded/main.c (a pool).
  * Run: ./threaded [port [redis-host [redis-port]]] from the repo root.
  */
 
@@ -86,14 +81,14 @@
 
 /* This model's own settings. */
 #define SERVER_NAME     "threaded"
-#define KEEP_ALIVE      true  /* a thread per client can afford to wait */
+#define KEEP_ALIVE      true  /* the worker awaits its client's next request */
 #define ACCEPT_WAKE_MS  1000  /* how late a stop request may be noticed */
 #define SEND_TIMEOUT_MS 10000 /* a reader that stops reading is dropped */
 #define EMFILE_PAUSE_MS 10    /* out of descriptors: wait, then retry */
 #ifdef __SANITIZE_ADDRESS__
 #define THREAD_STACK (1 << 20) /* ASan's red zones need room */
 #else
-#define THREAD_STACK (64 * 1024) /* a request needs a few KiB; see banner */
+#define THREAD_STACK (64 * 1024) /* a request needs a few KiB of stack */
 #endif
 
 /* ===== Types ===== */

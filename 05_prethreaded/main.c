@@ -1,29 +1,23 @@
 /*
  * 05_prethreaded: a fixed pool of threads, accept() under a mutex.
  *
- * The model. At start the main thread creates ZEROHTTPD_THREADS threads
- * (default 64). Each loops: lock the accept mutex, accept() one connection,
- * unlock, serve that client to the end. The mutex hands the listening socket
- * to one thread at a time (the classic pattern from Stevens' UNIX Network
- * Programming; Linux would wake just one accept()er anyway). The main thread
- * serves nobody: it waits in sigwait() for SIGINT or SIGTERM.
+ * The model. The main thread starts ZEROHTTPD_THREADS threads (default 64),
+ * then waits in sigwait() for SIGTERM. Each thread loops: lock, accept() one
+ * connection, unlock, serve that client to the end. The mutex hands the
+ * socket to one thread at a time (Stevens' classic pattern).
  *
  * One request's life:
- *   thread: lock -> accept() -> unlock -> serve_connection() (as in 01) -> lock
+ *   thread: lock -> accept() -> unlock -> serve_connection() (as in 01) ...
  *   main:   sigwait() -> stop: shut the listening socket, print the summary
  *
- * What it gains: no thread creation per connection, a bounded number of
- * threads and Redis connections (one per pool thread, kept), and memory that
- * does not grow with the load.
- * What it costs: the pool size is the concurrency limit, exactly as in
- * 03_preforked: N idle keep-alive clients occupy all N threads until their
- * 5 s idle timeout, and the lock handoff serialises accepting.
- * Where it breaks: when concurrent clients outnumber the pool, latency grows
- * with the listen queue; a bigger pool moves the limit, not the shape.
+ * What it gains: no thread per connection; threads and Redis connections
+ * are bounded by the pool, and memory does not grow with the load.
+ * What it costs: as 03, the pool size is the concurrency limit: N idle
+ * clients hold all N threads until their 5 s idle timeout.
+ * Where it breaks: when clients outnumber the pool; latency grows with the
+ * listen queue, and a bigger pool moves the limit, not the shape.
  *
- * Diff with: 04_threaded/main.c (a thread per connection),
- * 03_preforked/main.c (the same pool of processes) and 06_poll/main.c (one
- * thread for every client).
+ * Diff with: 04_threaded/main.c, 03_preforked/main.c, 06_poll/main.c.
  * Run: ZEROHTTPD_THREADS=64 ./prethreaded [port [redis-host [redis-port]]]
  */
 
@@ -87,7 +81,7 @@
 
 /* This model's own settings. */
 #define SERVER_NAME     "prethreaded"
-#define KEEP_ALIVE      true  /* a thread waits for one client's next request */
+#define KEEP_ALIVE      true  /* the worker awaits its client's next request */
 #define ACCEPT_WAKE_MS  1000  /* how late a stop request may be noticed */
 #define SEND_TIMEOUT_MS 10000 /* a reader that stops reading is dropped */
 #define EMFILE_PAUSE_MS 10    /* out of descriptors: wait, then retry */
@@ -96,7 +90,7 @@
 #ifdef __SANITIZE_ADDRESS__
 #define THREAD_STACK (1 << 20) /* ASan's red zones need room */
 #else
-#define THREAD_STACK (64 * 1024) /* a request needs a few KiB */
+#define THREAD_STACK (64 * 1024) /* a request needs a few KiB of stack */
 #endif
 
 /* ===== Types ===== */

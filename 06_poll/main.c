@@ -11,17 +11,16 @@
  * called again (no client can hog the loop by keeping its socket full).
  * Interest follows the connection's state: readable while reading, writable
  * only while a response waits for room.
- * Here the interest list is ours: an array of struct pollfd, one per watched
- * fd, kept dense as fds come and go (a new one is appended, a removed one is
- * replaced by the last). Every poll() copies the whole array into the kernel,
- * which checks every fd and copies the array back; then we scan all of it
- * for entries with revents set and find each one's connection by fd in a
- * hash table (uthash). O(n) per call in the open fds, idle ones included:
- * one ready client among 10,000 idle ones costs a pass over 10,000. That is
- * where this model breaks first, and what 07_epoll removes.
+ * Here the interest list is ours: a dense array of struct pollfd (a new fd
+ * is appended, a removed one replaced by the last). Every poll() copies it
+ * all into the kernel, which checks every fd and copies it back; we then scan
+ * it all for revents and find each ready fd's connection in a hash (uthash).
+ * O(n) per call in the open fds, idle ones included: one ready client among
+ * 10,000 idle ones costs a pass over 10,000. That is where this model
+ * breaks first, and what 07_epoll removes.
  *
  * One request's life:
- *   poll -> listener ready: accept4() until EAGAIN, append its pollfd
+ *   wait_for_events -> listener ready: accept4() until EAGAIN, watch_fd()
  *   -> client readable: recv() into its buffer, resume the parser
  *   -> static: openat2 + send() the head + sendfile(); on EAGAIN ask for
  *      writability and carry on from the saved offsets when it comes
@@ -45,8 +44,9 @@
  * a disk read that misses the page cache under sendfile) stalls every client
  * at once; more cores need more loops (SO_REUSEPORT) or threads.
  *
- * Diff with: 05_prethreaded/main.c (a thread per client, blocking) and
- * 07_epoll/main.c (the same loop over epoll: only the model changes).
+ * Diff with: 05_prethreaded/main.c (threads that block), 06_poll/main.c vs
+ * 07_epoll/main.c (the same loop: only the backend differs), 08_io_uring/main.c
+ * (completions instead of readiness).
  * Run: ./poll [port [redis-host [redis-port]]] from the repo root.
  */
 
@@ -223,8 +223,8 @@ struct watch {
     int fd;
     enum watch_kind kind; /* who handles its events */
     unsigned events;      /* EV_READ | EV_WRITE asked for (0: none) */
-    bool added;           /* in the pollfd array... */
-    int slot;             /* ...at this index */
+    bool added;           /* in the backend's interest list */
+    int slot;             /* at this index of the pollfd array */
     UT_hash_handle hh;    /* fd -> watch, to map poll()'s results back */
 };
 
@@ -1141,9 +1141,9 @@ static void unwatch_fd(struct watch *w)
 }
 
 /* Sleeps until fds are ready or timeout_ms pass; fills ev with at most max
- * of them. poll() copies and checks all n entries, and so does our scan for
- * revents, each ready fd then looked up by fd. Returns 0 on a timeout or a
- * signal. */
+ * of them. poll() copies and checks all n entries, and we scan them all for
+ * revents and look each ready fd up by fd: O(n) per call, n the open fds.
+ * Returns 0 on a timeout or a signal. */
 static int wait_for_events(struct event *ev, int max, int timeout_ms)
 {
     int ready = poll(polled.fds, polled.n, timeout_ms), n = 0;

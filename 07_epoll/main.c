@@ -13,14 +13,14 @@
  * only while a response waits for room.
  * Here the kernel keeps the interest list: each fd is registered once
  * (epoll_ctl) with a pointer to its connection (epoll_event.data.ptr), and
- * epoll_wait() returns only the ready ones, pointer included: no copy of the
- * list, no scan, no lookup. A call costs in proportion to the ready fds, not
- * the open ones. Level-triggered, not edge-triggered, on purpose: edge would
- * save a few epoll_ctl() calls but forces reading and writing to EAGAIN every
- * time, or the event is lost for good; and level keeps the code of 06_poll.
+ * epoll_wait() returns only the ready ones, pointer included: no copy, no
+ * scan, no lookup; a call costs in proportion to the ready fds, not the open
+ * ones. Level- rather than edge-triggered on purpose: edge would save a few
+ * epoll_ctl() calls but forces reading and writing to EAGAIN every time, or
+ * the event is lost for good; and level keeps the code of 06_poll.
  *
  * One request's life:
- *   epoll_wait -> listener ready: accept4() until EAGAIN, EPOLL_CTL_ADD
+ *   wait_for_events -> listener ready: accept4() until EAGAIN, watch_fd()
  *   -> client readable: recv() into its buffer, resume the parser
  *   -> static: openat2 + send() the head + sendfile(); on EAGAIN ask for
  *      writability and carry on from the saved offsets when it comes
@@ -44,8 +44,9 @@
  * a disk read that misses the page cache under sendfile) stalls every client
  * at once; more cores need more loops (SO_REUSEPORT) or threads.
  *
- * Diff with: 06_poll/main.c (the same loop over poll(): only the model
- * changes) and 08_io_uring/main.c (completions instead of readiness).
+ * Diff with: 05_prethreaded/main.c (threads that block), 06_poll/main.c vs
+ * 07_epoll/main.c (the same loop: only the backend differs), 08_io_uring/main.c
+ * (completions instead of readiness).
  * Run: ./epoll [port [redis-host [redis-port]]] from the repo root.
  */
 
@@ -221,7 +222,7 @@ struct watch {
     int fd;
     enum watch_kind kind; /* who handles its events */
     unsigned events;      /* EV_READ | EV_WRITE asked for (0: none) */
-    bool added;           /* in epoll's interest list */
+    bool added;           /* in the backend's interest list */
 };
 
 /* ---- shared: event_state ---- */
