@@ -6,6 +6,7 @@ Every process started here is stopped by PID, and every wait is bounded.
 
 import os
 import re
+import resource
 import select
 import signal
 import socket
@@ -219,7 +220,8 @@ class ServerProcess:
     """One running server. stop() sends SIGTERM and checks the exit: code 0,
     the summary line printed, no sanitizer report, no worker left behind."""
 
-    def __init__(self, binary, site, redis_port, port=None, env=None):
+    def __init__(self, binary, site, redis_port, port=None, env=None,
+                 nofile=None):
         self.binary = binary
         self.name = binary.id
         self.model = binary.model
@@ -234,11 +236,13 @@ class ServerProcess:
         full_env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
         full_env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
         full_env.update(env or {})
+        # nofile: the server's open-file soft limit (None: this process's).
+        limit = None if nofile is None else lambda: _limit_descriptors(nofile)
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
                 [str(binary.path), str(self.port), "127.0.0.1", str(redis_port)],
                 cwd=site, env=full_env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=err)
+                stdout=subprocess.PIPE, stderr=err, preexec_fn=limit)
         self.pid = self.proc.pid
         self._wait_listening()
 
@@ -341,6 +345,13 @@ class ServerProcess:
         self.proc.stdout.close()
 
 
+def _limit_descriptors(soft):
+    """In the forked child, before exec: RLIMIT_NOFILE's soft limit becomes
+    `soft` for the server and its children; the hard limit stays."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def run_to_exit(binary, args, cwd, timeout=5.0):
     """Run a server that should exit by itself (bad arguments, port taken):
     (exit code, stdout, stderr). Still running after timeout: it and its
@@ -373,12 +384,28 @@ def fd_count(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def wait_for_fds(pid, baseline, timeout=5.0):
+def wait_for_fds(pid, baseline, timeout=5.0, count_fds=fd_count):
     """Poll until the server holds at most `baseline` descriptors again
-    (closed connections take a moment to leave); returns the last count."""
+    (closed connections take a moment to leave); returns the last count.
+    count_fds(pid) counts them (default: the process's own)."""
     deadline = time.monotonic() + timeout
-    count = fd_count(pid)
+    count = count_fds(pid)
     while count > baseline and time.monotonic() < deadline:
         time.sleep(0.05)
-        count = fd_count(pid)
+        count = count_fds(pid)
     return count
+
+
+def settled(measure, what, quiet=0.3, limit=5.0):
+    """measure()'s value once it has not changed for `quiet` seconds (a
+    pool may still be forking, a closed connection still leaving); the
+    test fails if it is still changing after `limit` seconds."""
+    deadline = time.monotonic() + limit
+    last, stable_since = measure(), time.monotonic()
+    while time.monotonic() - stable_since < quiet:
+        assert time.monotonic() < deadline, f"{what} never settled"
+        time.sleep(0.05)
+        now = measure()
+        if now != last:
+            last, stable_since = now, time.monotonic()
+    return last

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from processes import (RedisServer, ServerProcess, children, discover_binaries,
-                       proc_stat, run_to_exit)
+                       proc_stat, run_to_exit, settled)
 from rawhttp import Connection, assert_html_error, get
 
 RECOVERY_CHECKS = 40  # guestbook pages before and after a Redis outage
@@ -94,23 +94,9 @@ def test_no_zombie_children_after_requests(server):
     assert zombies == []
 
 
-def settled_children(pid):
-    """The children of pid once their number has stopped changing (the pool
-    may still be forking right after the listening line)."""
-    deadline = time.monotonic() + 5
-    last, stable_since = children(pid), time.monotonic()
-    while time.monotonic() - stable_since < 0.3:
-        assert time.monotonic() < deadline, "worker pool never settled"
-        time.sleep(0.05)
-        now = children(pid)
-        if now != last:
-            last, stable_since = now, time.monotonic()
-    return last
-
-
 @pytest.mark.models("preforked")
 def test_killed_worker_is_replaced(server):
-    workers = settled_children(server.pid)
+    workers = settled(lambda: children(server.pid), "worker pool")
     assert workers, "no worker processes"
     victim = workers[0]
     os.kill(victim, signal.SIGKILL)
