@@ -160,25 +160,27 @@ def silent_redis():
         yield listener.getsockname()[1]
 
 
-def timed_guestbook_request(port, pool):
-    """GET /guestbook on a new connection, answered in the background: a
-    future of (response, seconds it took)."""
+def guestbook_503_while_others_flow(port):
+    """GET /guestbook on a new connection while Redis is silent: static
+    requests meanwhile are answered promptly, the guestbook with a 503.
+    Returns the seconds the 503 took."""
     def run():
         started = time.monotonic()
         with Connection(port) as conn:
             conn.send(b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n")
             return conn.read_response(), time.monotonic() - started
-    return pool.submit(run)
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(run)
+        assert_prompt(port, times=5)
+        resp, took = waiting.result(timeout=10)
+    assert_html_error(resp, 503)
+    return took
 
 
 def test_stalled_redis_gets_503_and_delays_no_one(binary, site, silent_redis):
     server = ServerProcess(binary, site, silent_redis)
     try:
-        with ThreadPoolExecutor(1) as pool:
-            waiting = timed_guestbook_request(server.port, pool)
-            assert_prompt(server.port, times=5)
-            resp, took = waiting.result(timeout=10)
-        assert_html_error(resp, 503)
+        took = guestbook_503_while_others_flow(server.port)
         # Not sooner: Redis accepted the command and could still answer.
         assert REDIS_TIMEOUT * 0.8 <= took < REDIS_TIMEOUT + 0.5, took
         server.stop()
@@ -196,11 +198,7 @@ def test_stopped_redis_then_continued(binary, site, tmp_path):
         assert get(server.port, "/guestbook").status == 200
         redis.proc.send_signal(signal.SIGSTOP)
         try:
-            with ThreadPoolExecutor(1) as pool:
-                waiting = timed_guestbook_request(server.port, pool)
-                assert_prompt(server.port, times=5)
-                resp, took = waiting.result(timeout=10)
-            assert_html_error(resp, 503)
+            took = guestbook_503_while_others_flow(server.port)
             assert took < REDIS_TIMEOUT + 0.5, took
         finally:
             redis.proc.send_signal(signal.SIGCONT)
