@@ -1428,6 +1428,7 @@ static int accept_client(void)
 
 static pid_t workers[MAX_WORKERS]; /* the pool, 0 for an empty slot */
 
+/* ---- shared: pool_size ---- */
 /* The pool size from the environment: a number in 1..max, else exit 2. */
 static int pool_size(const char *var, int fallback, int max)
 {
@@ -1440,6 +1441,7 @@ static int pool_size(const char *var, int fallback, int max)
     }
     return (int)n;
 }
+/* ---- end shared: pool_size ---- */
 
 /* A worker: accept, serve, repeat, with one Redis connection for life. */
 static pid_t spawn_worker(const sigset_t *mask, pid_t parent)

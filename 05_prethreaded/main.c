@@ -1434,6 +1434,7 @@ static int accept_client(void)
 /* Held by the one thread that is in accept(); the others queue on it. */
 static pthread_mutex_t accept_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* ---- shared: pool_size ---- */
 /* The pool size from the environment: a number in 1..max, else exit 2. */
 static int pool_size(const char *var, int fallback, int max)
 {
@@ -1446,6 +1447,7 @@ static int pool_size(const char *var, int fallback, int max)
     }
     return (int)n;
 }
+/* ---- end shared: pool_size ---- */
 
 /* A pool thread: serve one client at a time, for the life of the server,
  * with one Redis connection of its own. */
