@@ -243,14 +243,19 @@ __attribute__((format(printf, 2, 3))) static bool
 sb_printf(struct strbuf *b, const char *fmt, ...)
 {
     va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    size_t room = b->cap - b->len;
+    va_start(ap, fmt); /* into the room there is; again only if too small */
+    int n = vsnprintf(room ? b->data + b->len : NULL, room, fmt, ap);
     va_end(ap);
-    if (n < 0 || !sb_reserve(b, (size_t)n + 1))
+    if (n < 0)
         return false;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
+    if ((size_t)n >= room) {
+        if (!sb_reserve(b, (size_t)n + 1))
+            return false;
+        va_start(ap, fmt);
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
     b->len += (size_t)n;
     return true;
 }
@@ -397,6 +402,8 @@ static enum parse_result head_done(struct http_request *r)
 static enum parse_result http_parse(struct http_request *r, const char *buf,
                                     size_t len)
 {
+    if (r->state == S_DONE)
+        return PARSE_DONE; /* called again while the body arrives */
     for (; r->pos < len; r->pos++) {
         unsigned char c = (unsigned char)buf[r->pos];
         size_t n = r->pos - r->tok; /* length of the token so far */
@@ -475,8 +482,7 @@ static enum parse_result http_parse(struct http_request *r, const char *buf,
                 return parse_fail(r, 400);
             r->body = ++r->pos;
             return head_done(r);
-        case S_DONE:
-            return PARSE_DONE; /* called again while the body arrives */
+        case S_DONE: break; /* returned above, before the loop */
         }
         if (status)
             return parse_fail(r, status);
@@ -720,15 +726,17 @@ static int open_public(char *path, size_t size, struct stat *st, int *status)
 /* ===== Redis RESP client ===== */
 
 /* ---- shared: resp ---- */
-/* A command as a RESP array of bulk strings (binary-safe by length). */
+/* A command as a RESP array of bulk strings, each sent with its length. */
 static bool resp_format(struct strbuf *out, int argc, const char *const argv[])
 {
     if (!sb_printf(out, "*%d\r\n", argc))
         return false;
-    for (int i = 0; i < argc; i++)
-        if (!sb_printf(out, "$%zu\r\n", strlen(argv[i])) ||
-            !sb_puts(out, argv[i]) || !sb_append(out, "\r\n", 2))
+    for (int i = 0; i < argc; i++) {
+        size_t n = strlen(argv[i]);
+        if (!sb_printf(out, "$%zu\r\n", n) || !sb_append(out, argv[i], n) ||
+            !sb_append(out, "\r\n", 2))
             return false;
+    }
     return true;
 }
 
@@ -976,6 +984,7 @@ static void redis_free(struct redis *rd)
 /* ---- shared: guestbook ---- */
 static bool html_escape(struct strbuf *out, const char *s, size_t len)
 {
+    size_t plain = 0; /* start of the bytes copied as they are */
     for (size_t i = 0; i < len; i++) {
         const char *e = s[i] == '&'    ? "&amp;"
                         : s[i] == '<'  ? "&lt;"
@@ -983,10 +992,13 @@ static bool html_escape(struct strbuf *out, const char *s, size_t len)
                         : s[i] == '"'  ? "&quot;"
                         : s[i] == '\'' ? "&#39;"
                                        : NULL;
-        if (!(e ? sb_puts(out, e) : sb_append(out, s + i, 1)))
+        if (!e)
+            continue;
+        if (!sb_append(out, s + plain, i - plain) || !sb_puts(out, e))
             return false;
+        plain = i + 1;
     }
-    return true;
+    return sb_append(out, s + plain, len - plain);
 }
 
 /* Finds `name` in an x-www-form-urlencoded body and decodes its value into
@@ -1167,7 +1179,7 @@ static bool send_response(struct conn *c, int status, int file, off_t size)
     if (ok && body)
         ok = send_file(c->fd, file, size);
     count_response(&c->req, c->buf, status,
-                   c->out.len + (file >= 0 ? (size_t)size : 0));
+                   c->out.len + (body ? (size_t)size : 0));
     return ok;
 }
 
@@ -1182,10 +1194,12 @@ static bool serve_static(struct conn *c, char *path, size_t size)
 {
     struct stat st;
     int status, file = open_public(path, size, &st, &status);
+    if (file < 0 && status != 301)
+        return respond_error(c, status, NULL);
     if (file < 0) {
         char location[MAX_URI + 64];
         slash_location(&c->req, c->buf, location, sizeof location);
-        return respond_error(c, status, status == 301 ? location : NULL);
+        return respond_error(c, status, location);
     }
     c->out.len = 0;
     bool ok = format_head(&c->out, &c->req, 200, mime_type(path),
@@ -1276,6 +1290,10 @@ static void serve_connection(int fd, struct redis *rd)
         size_t used = request_size(&c.req); /* pipelined bytes move up */
         memmove(c.buf, c.buf + used, c.len - used);
         c.len -= used;
+        if (!keep && c.len > 0) { /* pipelined requests left unanswered: */
+            close_lingering(fd);  /* a plain close() would reset the reply */
+            fd = -1;
+        }
     }
     if (fd >= 0)
         close(fd);

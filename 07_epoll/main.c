@@ -354,14 +354,19 @@ __attribute__((format(printf, 2, 3))) static bool
 sb_printf(struct strbuf *b, const char *fmt, ...)
 {
     va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    size_t room = b->cap - b->len;
+    va_start(ap, fmt); /* into the room there is; again only if too small */
+    int n = vsnprintf(room ? b->data + b->len : NULL, room, fmt, ap);
     va_end(ap);
-    if (n < 0 || !sb_reserve(b, (size_t)n + 1))
+    if (n < 0)
         return false;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
+    if ((size_t)n >= room) {
+        if (!sb_reserve(b, (size_t)n + 1))
+            return false;
+        va_start(ap, fmt);
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
     b->len += (size_t)n;
     return true;
 }
@@ -508,6 +513,8 @@ static enum parse_result head_done(struct http_request *r)
 static enum parse_result http_parse(struct http_request *r, const char *buf,
                                     size_t len)
 {
+    if (r->state == S_DONE)
+        return PARSE_DONE; /* called again while the body arrives */
     for (; r->pos < len; r->pos++) {
         unsigned char c = (unsigned char)buf[r->pos];
         size_t n = r->pos - r->tok; /* length of the token so far */
@@ -586,8 +593,7 @@ static enum parse_result http_parse(struct http_request *r, const char *buf,
                 return parse_fail(r, 400);
             r->body = ++r->pos;
             return head_done(r);
-        case S_DONE:
-            return PARSE_DONE; /* called again while the body arrives */
+        case S_DONE: break; /* returned above, before the loop */
         }
         if (status)
             return parse_fail(r, status);
@@ -831,15 +837,17 @@ static int open_public(char *path, size_t size, struct stat *st, int *status)
 /* ===== Redis RESP client ===== */
 
 /* ---- shared: resp ---- */
-/* A command as a RESP array of bulk strings (binary-safe by length). */
+/* A command as a RESP array of bulk strings, each sent with its length. */
 static bool resp_format(struct strbuf *out, int argc, const char *const argv[])
 {
     if (!sb_printf(out, "*%d\r\n", argc))
         return false;
-    for (int i = 0; i < argc; i++)
-        if (!sb_printf(out, "$%zu\r\n", strlen(argv[i])) ||
-            !sb_puts(out, argv[i]) || !sb_append(out, "\r\n", 2))
+    for (int i = 0; i < argc; i++) {
+        size_t n = strlen(argv[i]);
+        if (!sb_printf(out, "$%zu\r\n", n) || !sb_append(out, argv[i], n) ||
+            !sb_append(out, "\r\n", 2))
             return false;
+    }
     return true;
 }
 
@@ -918,6 +926,7 @@ static enum parse_result resp_parse(struct resp_reply *r, const char *buf,
 /* ---- shared: guestbook ---- */
 static bool html_escape(struct strbuf *out, const char *s, size_t len)
 {
+    size_t plain = 0; /* start of the bytes copied as they are */
     for (size_t i = 0; i < len; i++) {
         const char *e = s[i] == '&'    ? "&amp;"
                         : s[i] == '<'  ? "&lt;"
@@ -925,10 +934,13 @@ static bool html_escape(struct strbuf *out, const char *s, size_t len)
                         : s[i] == '"'  ? "&quot;"
                         : s[i] == '\'' ? "&#39;"
                                        : NULL;
-        if (!(e ? sb_puts(out, e) : sb_append(out, s + i, 1)))
+        if (!e)
+            continue;
+        if (!sb_append(out, s + plain, i - plain) || !sb_puts(out, e))
             return false;
+        plain = i + 1;
     }
-    return true;
+    return sb_append(out, s + plain, len - plain);
 }
 
 /* Finds `name` in an x-www-form-urlencoded body and decodes its value into
@@ -1313,14 +1325,15 @@ static void conn_stalled(struct conn *c, ssize_t n)
  * itself: level-triggered writability brings us back for the rest. */
 static void conn_write(struct conn *c)
 {
-    while (c->sent < c->out.len) {
+    if (c->sent < c->out.len) { /* a short send means the socket is full */
         ssize_t n = send(c->w.fd, c->out.data + c->sent, c->out.len - c->sent,
                          MSG_NOSIGNAL | (c->file >= 0 ? MSG_MORE : 0));
-        if (n < 0) {
+        if (n > 0)
+            c->sent += (size_t)n;
+        if (c->sent < c->out.len) {
             conn_stalled(c, n);
             return;
         }
-        c->sent += (size_t)n;
     }
     if (c->file >= 0 && c->file_off < c->file_size) {
         ssize_t n = sendfile(c->w.fd, c->file, &c->file_off,
@@ -1458,12 +1471,12 @@ static void accept_clients(void)
  * takes it; writability events finish it. */
 static void conn_respond(struct conn *c, int status, int file, off_t size)
 {
-    count_response(&c->req, c->buf, status,
-                   c->out.len + (file >= 0 ? (size_t)size : 0));
     if (file >= 0 && (size == 0 || c->req.method == METHOD_HEAD)) {
         close(file);
         file = -1;
     }
+    count_response(&c->req, c->buf, status,
+                   c->out.len + (file >= 0 ? (size_t)size : 0));
     c->file = file;
     c->file_off = 0;
     c->file_size = size;
@@ -1486,10 +1499,12 @@ static void serve_static(struct conn *c, char *path, size_t size)
 {
     struct stat st;
     int status, file = open_public(path, size, &st, &status);
-    if (file < 0) {
+    if (file < 0 && status != 301)
+        respond_error(c, status, NULL);
+    else if (file < 0) {
         char location[MAX_URI + 64];
         slash_location(&c->req, c->buf, location, sizeof location);
-        respond_error(c, status, status == 301 ? location : NULL);
+        respond_error(c, status, location);
     } else {
         c->out.len = 0;
         if (format_head(&c->out, &c->req, 200, mime_type(path),
@@ -1797,7 +1812,8 @@ static void redis_send(void)
         redis_fail();
 }
 
-/* The Redis fd is ready: finish a connect, take replies, send the rest. */
+/* The Redis fd is ready: finish a connect, take replies. (What is queued
+ * goes out in the loop's one redis_send() after every event is handled.) */
 static void redis_event(unsigned events)
 {
     struct redis *rd = &loop.redis;
@@ -1816,7 +1832,6 @@ static void redis_event(unsigned events)
     }
     if (events & (EV_READ | EV_ERROR))
         redis_read();
-    redis_send();
 }
 /* ---- end shared: event_redis ---- */
 

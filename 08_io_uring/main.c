@@ -365,14 +365,19 @@ __attribute__((format(printf, 2, 3))) static bool
 sb_printf(struct strbuf *b, const char *fmt, ...)
 {
     va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    size_t room = b->cap - b->len;
+    va_start(ap, fmt); /* into the room there is; again only if too small */
+    int n = vsnprintf(room ? b->data + b->len : NULL, room, fmt, ap);
     va_end(ap);
-    if (n < 0 || !sb_reserve(b, (size_t)n + 1))
+    if (n < 0)
         return false;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
+    if ((size_t)n >= room) {
+        if (!sb_reserve(b, (size_t)n + 1))
+            return false;
+        va_start(ap, fmt);
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
     b->len += (size_t)n;
     return true;
 }
@@ -519,6 +524,8 @@ static enum parse_result head_done(struct http_request *r)
 static enum parse_result http_parse(struct http_request *r, const char *buf,
                                     size_t len)
 {
+    if (r->state == S_DONE)
+        return PARSE_DONE; /* called again while the body arrives */
     for (; r->pos < len; r->pos++) {
         unsigned char c = (unsigned char)buf[r->pos];
         size_t n = r->pos - r->tok; /* length of the token so far */
@@ -597,8 +604,7 @@ static enum parse_result http_parse(struct http_request *r, const char *buf,
                 return parse_fail(r, 400);
             r->body = ++r->pos;
             return head_done(r);
-        case S_DONE:
-            return PARSE_DONE; /* called again while the body arrives */
+        case S_DONE: break; /* returned above, before the loop */
         }
         if (status)
             return parse_fail(r, status);
@@ -842,15 +848,17 @@ static int open_public(char *path, size_t size, struct stat *st, int *status)
 /* ===== Redis RESP client ===== */
 
 /* ---- shared: resp ---- */
-/* A command as a RESP array of bulk strings (binary-safe by length). */
+/* A command as a RESP array of bulk strings, each sent with its length. */
 static bool resp_format(struct strbuf *out, int argc, const char *const argv[])
 {
     if (!sb_printf(out, "*%d\r\n", argc))
         return false;
-    for (int i = 0; i < argc; i++)
-        if (!sb_printf(out, "$%zu\r\n", strlen(argv[i])) ||
-            !sb_puts(out, argv[i]) || !sb_append(out, "\r\n", 2))
+    for (int i = 0; i < argc; i++) {
+        size_t n = strlen(argv[i]);
+        if (!sb_printf(out, "$%zu\r\n", n) || !sb_append(out, argv[i], n) ||
+            !sb_append(out, "\r\n", 2))
             return false;
+    }
     return true;
 }
 
@@ -929,6 +937,7 @@ static enum parse_result resp_parse(struct resp_reply *r, const char *buf,
 /* ---- shared: guestbook ---- */
 static bool html_escape(struct strbuf *out, const char *s, size_t len)
 {
+    size_t plain = 0; /* start of the bytes copied as they are */
     for (size_t i = 0; i < len; i++) {
         const char *e = s[i] == '&'    ? "&amp;"
                         : s[i] == '<'  ? "&lt;"
@@ -936,10 +945,13 @@ static bool html_escape(struct strbuf *out, const char *s, size_t len)
                         : s[i] == '"'  ? "&quot;"
                         : s[i] == '\'' ? "&#39;"
                                        : NULL;
-        if (!(e ? sb_puts(out, e) : sb_append(out, s + i, 1)))
+        if (!e)
+            continue;
+        if (!sb_append(out, s + plain, i - plain) || !sb_puts(out, e))
             return false;
+        plain = i + 1;
     }
-    return true;
+    return sb_append(out, s + plain, len - plain);
 }
 
 /* Finds `name` in an x-www-form-urlencoded body and decodes its value into
@@ -1354,6 +1366,9 @@ static void response_done(struct conn *c)
     sb_free(&c->out);
     sb_free(&c->work);
     if (c->linger) {
+        free(c->buf); /* what the client still sends is dropped */
+        c->buf = NULL;
+        c->len = c->cap = 0;
         io_uring_prep_shutdown(new_sqe(NULL, OP_NONE), c->fd, SHUT_WR);
         c->state = C_LINGER;
         timer_set(c, T_LINGER);
@@ -1417,6 +1432,8 @@ static void conn_write(struct conn *c)
 static bool conn_grow(struct conn *c, size_t need)
 {
     size_t cap = c->cap ? c->cap : REQUEST_BUF_MIN;
+    if (need > CONN_BUF_SIZE) /* never: conn_recv asks for no more */
+        return false;
     while (cap < need)
         cap *= 2;
     cap = cap < CONN_BUF_SIZE ? cap : CONN_BUF_SIZE;
@@ -1529,7 +1546,9 @@ static void accept_resume(void)
 static void accept_clients(int res, unsigned flags)
 {
     bool more = flags & IORING_CQE_F_MORE; /* still armed */
-    if (res >= 0)
+    if (res >= 0 && stop_requested)
+        close_later(res); /* accepted before the cancel took effect */
+    else if (res >= 0)
         conn_open(res);
     else if ((res == -EMFILE || res == -ENFILE) && !more && !shed_client())
         return; /* expire_timers resumes */
@@ -1545,11 +1564,11 @@ static void accept_clients(int res, unsigned flags)
  * queues the first operation. */
 static void conn_respond(struct conn *c, int status, int file, off_t size)
 {
-    count_response(&c->req, c->buf, status,
-                   c->out.len + (file >= 0 ? (size_t)size : 0));
     c->file = file;
     c->file_off = 0;
     c->file_size = c->req.method == METHOD_HEAD ? 0 : size;
+    count_response(&c->req, c->buf, status,
+                   c->out.len + (file >= 0 ? (size_t)c->file_size : 0));
     c->sent = 0;
     c->state = C_WRITING;
     conn_write(c);
@@ -1584,15 +1603,14 @@ static int open_cached(struct conn *c, char *path, size_t size, off_t *fsize,
         *type = f->type;
         return f->fd;
     }
-    char *key = strdup(path);
     int fd = open_public(path, size, &st, status);
     if (fd >= 0) {
         *fsize = st.st_size;
         *type = mime_type(path);
     }
-    if (fd < 0 || !key || st.st_size > FILE_CACHE_MAX) {
+    char *key = fd >= 0 && st.st_size <= FILE_CACHE_MAX ? strdup(path) : NULL;
+    if (!key) { /* not cached: this response closes it */
         c->own_file = true;
-        free(key);
         return fd;
     }
     if (f->path)
@@ -1622,10 +1640,12 @@ static void serve_static(struct conn *c, char *path, size_t size)
     const char *type = NULL;
     off_t fsize = 0;
     int status = 0, file = open_cached(c, path, size, &fsize, &type, &status);
-    if (file < 0) {
+    if (file < 0 && status != 301)
+        respond_error(c, status, NULL);
+    else if (file < 0) {
         char location[MAX_URI + 64];
         slash_location(&c->req, c->buf, location, sizeof location);
-        respond_error(c, status, status == 301 ? location : NULL);
+        respond_error(c, status, location);
     } else {
         c->out.len = 0;
         if (format_head(&c->out, &c->req, 200, type, (size_t)fsize, NULL))
