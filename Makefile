@@ -35,6 +35,7 @@ check-sync:
 	tools/check-sync
 # After editing a shared block in one file: make sync-shared FROM=NN_x/main.c
 sync-shared:
+	$(if $(FROM),,$(error usage: make sync-shared FROM=NN_x/main.c))
 	tools/check-sync --from $(FROM)
 
 format:
@@ -48,6 +49,7 @@ deps:
 # The interpreter is picked inside each recipe, after deps has installed it.
 test: deps
 	$(MAKE) all asan check-sync format-check
+	fuzz/run --check
 	py=$$(tools/python pytest) && "$$py" -m pytest tests/ -v -rs $(PYTEST_ARGS)
 
 demo: deps
@@ -56,10 +58,10 @@ demo: deps
 
 sweep: deps
 	$(MAKE) all
-	py=$$(tools/python matplotlib) && "$$py" loadtest/sweep --quick
+	py=$$(tools/python matplotlib) && "$$py" loadtest/sweep --quick --no-build
 sweep-full: deps
 	$(MAKE) all
-	py=$$(tools/python matplotlib) && "$$py" loadtest/sweep
+	py=$$(tools/python matplotlib) && "$$py" loadtest/sweep --no-build
 
 # Fuzz the shared parsers with libFuzzer (fuzz/README.md): each target
 # FUZZ_SECONDS, as many at once as there are CPUs. Not part of `make test`.

@@ -34,7 +34,7 @@ static void check_same(const struct http_request *a,
     CHECK(a->method == b->method && a->uri == b->uri &&
           a->uri_len == b->uri_len && a->minor == b->minor &&
           a->content_length == b->content_length && a->body == b->body);
-    CHECK(a->has_host == b->has_host && a->has_type == b->has_type &&
+    CHECK(a->has_host == b->has_host &&
           a->form_type == b->form_type && a->close == b->close &&
           a->keep_alive_asked == b->keep_alive_asked &&
           a->keep_alive == b->keep_alive);
