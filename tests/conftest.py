@@ -101,10 +101,6 @@ def site(tmp_path_factory):
     types.mkdir()
     for name, data in SAMPLE_FILES.items():
         (types / name).write_bytes(data)
-    docs = public / "docs"
-    if not (docs / "index.html").exists():
-        docs.mkdir(exist_ok=True)
-        (docs / "index.html").write_text("<!doctype html><title>docs</title>\n")
     return root
 
 

@@ -21,6 +21,7 @@ MODELS = ("iterative", "forking", "preforked", "threaded", "prethreaded",
 START_TIMEOUT = 10.0  # seconds for a server to print its listening line
 STOP_TIMEOUT = 10.0  # seconds for a server to exit after SIGTERM (ASan is slow)
 CHILD_EXIT_TIMEOUT = 3.0  # seconds for workers to go after their parent
+REQUEST_TIMEOUT = 10  # seconds from a request's first byte to its end
 SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "runtime error")
 SUMMARY_RE = re.compile(
     r"^(\S+): served (\d+) requests "
@@ -93,20 +94,22 @@ def wait_for_port(port, deadline):
 # ---- the process table ----
 
 def proc_stat(pid):
-    """(state, ppid, starttime) of a process, or None if it is gone. The
-    start time tells a process apart from a later one reusing its PID."""
+    """(state, ppid, starttime, cputime) of a process, or None if it is gone.
+    The start time tells a process apart from a later one reusing its PID;
+    cputime is utime + stime in clock ticks, all its threads included."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError):
         return None
     # The command name is in parentheses and may hold spaces: split after it.
     fields = text[text.rindex(")") + 2:].split()
-    return fields[0], int(fields[1]), int(fields[19])
+    return (fields[0], int(fields[1]), int(fields[19]),
+            int(fields[11]) + int(fields[12]))
 
 
 def process_table():
-    """{pid: (state, ppid, starttime)} for every process, read in one pass
-    over /proc/*/stat: this kernel has no /proc/<pid>/task/*/children
+    """{pid: proc_stat(pid)} for every process, read in one pass over
+    /proc/*/stat: this kernel has no /proc/<pid>/task/*/children
     (CONFIG_PROC_CHILDREN is off)."""
     table = {}
     for entry in Path("/proc").iterdir():
@@ -120,7 +123,7 @@ def process_table():
 def children(pid, table=None):
     """PIDs whose parent is pid, in order."""
     table = table or process_table()
-    return sorted(p for p, (_, ppid, _) in table.items() if ppid == pid)
+    return sorted(p for p, (_, ppid, *_) in table.items() if ppid == pid)
 
 
 def descendants(pid):
@@ -151,9 +154,9 @@ def still_running(pids):
 class RedisServer:
     """A private redis-server on its own port, nothing saved to disk."""
 
-    def __init__(self, workdir, port=None):
+    def __init__(self, workdir):
         self.workdir = Path(workdir)
-        self.port = port or free_port()
+        self.port = free_port()
         self.proc = None
 
     def start(self):
@@ -220,12 +223,11 @@ class ServerProcess:
     """One running server. stop() sends SIGTERM and checks the exit: code 0,
     the summary line printed, no sanitizer report, no worker left behind."""
 
-    def __init__(self, binary, site, redis_port, port=None, env=None,
-                 nofile=None):
+    def __init__(self, binary, site, redis_port, env=None, nofile=None):
         self.binary = binary
         self.name = binary.id
         self.model = binary.model
-        self.port = port or free_port()
+        self.port = free_port()
         self.stderr_path = Path(site).parent / f"{binary.id}-{self.port}.stderr"
         self.stdout = b""
         self.result = None  # exit code, set by stop()

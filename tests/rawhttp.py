@@ -13,6 +13,11 @@ import time
 HOST = "127.0.0.1"
 TIMEOUT = 5.0  # seconds a single read may block; ASan builds are slower
 HEAD_LIMIT = 64 * 1024  # a response head larger than this is a server bug
+SMALL_RCVBUF = 64 * 1024  # a slow reader's window: the server holds the rest
+
+# A guestbook form POST, as a browser sends it (Content-Length follows).
+FORM_TYPE = b"Content-Type: application/x-www-form-urlencoded\r\n"
+FORM_HEAD = b"POST /guestbook HTTP/1.1\r\nHost: x\r\n" + FORM_TYPE
 
 
 class Headers:
@@ -179,6 +184,18 @@ def get(port, path):
     return exchange(port, raw.encode())
 
 
+def assert_recovers(port, timeout, checks):
+    """/guestbook answers 200 again within timeout seconds (Redis is back),
+    then `checks` times in a row: a connection broken by the outage must be
+    replaced, not reported as 503."""
+    deadline = time.monotonic() + timeout
+    while get(port, "/guestbook").status != 200:
+        assert time.monotonic() < deadline, f"no recovery within {timeout} s"
+        time.sleep(0.1)
+    statuses = [get(port, "/guestbook").status for _ in range(checks)]
+    assert statuses == [200] * checks, f"503 after Redis returned: {statuses}"
+
+
 # ---- checks shared by the test files ----
 
 def media_type(resp):
@@ -193,3 +210,12 @@ def assert_html_error(resp, status):
         "text/html;charset=utf-8", resp
     assert int(resp.headers["Content-Length"]) == len(resp.body), resp
     assert resp.body.lstrip()[:1] == b"<", resp
+
+
+def assert_prompt(port, limit, times=10, path="/"):
+    """Fresh clients get `path` within `limit` seconds, one after another."""
+    for _ in range(times):
+        started = time.monotonic()
+        assert get(port, path).status == 200
+        took = time.monotonic() - started
+        assert took < limit, f"GET {path} took {took:.2f} s"

@@ -27,10 +27,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from processes import ServerProcess, fd_count, token, wait_for_fds
-from rawhttp import Connection, assert_html_error, exchange, get
+from processes import (REQUEST_TIMEOUT, ServerProcess, fd_count, settled,
+                       token, wait_for_fds)
+from rawhttp import (FORM_HEAD, Connection, assert_html_error, assert_prompt,
+                     exchange, get)
 
-REQUEST_TIMEOUT = 10  # seconds from a request's first byte to its end
 TICK = 2.0  # seconds between a slow client's bytes: well inside the 5 s
 #             idle timeout, so only the 10 s request clock can cut it
 WAVE_SLACK = 3.0  # seconds a wave of cuts may run late (2 busy cores, ASan)
@@ -40,9 +41,7 @@ POOL = 8  # workers (preforked) or threads (prethreaded) for the slowloris
 POOLED = ("preforked", "prethreaded")
 SLOW_PER_KIND = 100  # trickling clients of each kind where none must wait
 
-FORM = b"Content-Type: application/x-www-form-urlencoded\r\n"
-POST_HEAD = (b"POST /guestbook HTTP/1.1\r\nHost: x\r\n" + FORM +
-             b"Content-Length: 100\r\n\r\n")
+POST_HEAD = FORM_HEAD + b"Content-Length: 100\r\n\r\n"
 # The ways to be slow: (first bytes, then one more byte per TICK or None).
 SLOW_KINDS = {
     # slowloris: the head never ends, one header byte at a time
@@ -170,15 +169,6 @@ def assert_cut_in_waves(clients, began, setup, hold):
             f"{wave_end(wave, setup):.1f} s")
 
 
-def assert_prompt(port, times=5):
-    """Fresh clients get / at once, one after another."""
-    for _ in range(times):
-        started = time.monotonic()
-        assert get(port, "/").status == 200
-        took = time.monotonic() - started
-        assert took < PROMPT, f"GET / took {took:.2f} s"
-
-
 def timed_get(port, began, timeout):
     """GET / on a new connection: (status, seconds since `began`)."""
     resp = exchange(port, b"GET / HTTP/1.0\r\n\r\n", timeout=timeout)
@@ -207,8 +197,7 @@ def test_slow_clients_are_cut_at_the_request_timeout(small_pool_server):
     # Processes per connection hold their descriptors in the children.
     own_fds = server.model not in ("forking", "preforked")
     assert get(server.port, "/").status == 200
-    time.sleep(0.2)
-    baseline = fd_count(server.pid)
+    baseline = settled(lambda: fd_count(server.pid), "descriptor count")
     kinds = slow_clients_for(server.model)
     began = time.monotonic()
     clients = [SlowClient(server.port, kind) for kind in kinds]
@@ -217,7 +206,7 @@ def test_slow_clients_are_cut_at_the_request_timeout(small_pool_server):
     with ThreadPoolExecutor(1) as pool:
         if hold is None:
             # One client per thread, process or event: nobody waits.
-            others = pool.submit(assert_prompt, server.port)
+            others = pool.submit(assert_prompt, server.port, PROMPT, 5)
         else:
             # The pool (or the one iterative server) is full of slow
             # clients; a normal client queues behind them in the listen
@@ -238,7 +227,8 @@ def test_slow_clients_are_cut_at_the_request_timeout(small_pool_server):
         assert took <= wave_end(wave - 1, setup) + PROMPT, (
             f"answered {took:.1f} s into the attack, after wave {wave - 1}")
     assert_cut_in_waves(clients, began, setup, hold)
-    assert_prompt(server.port)  # the attack is over: business as usual
+    # The attack is over: business as usual.
+    assert_prompt(server.port, PROMPT, times=5)
     if own_fds:
         assert wait_for_fds(server.pid, baseline) <= baseline
 
@@ -300,8 +290,7 @@ def test_ambiguous_body_framing_is_refused_and_closed(server, redis, shape):
     headers, statuses = SMUGGLING_SHAPES[shape]
     headers = (headers.replace(b"{n}", b"%d" % len(body))
                .replace(b"{x}", b"%x" % len(body)))
-    raw = (b"POST /guestbook HTTP/1.1\r\nHost: x\r\n" + FORM + headers +
-           b"\r\n" + body + SMUGGLED)
+    raw = FORM_HEAD + headers + b"\r\n" + body + SMUGGLED
     assert_refused_and_closed(server.port, raw, statuses)
     remarks = redis.command("LRANGE", "guestbook:remarks", 0, -1) or []
     assert not [r for r in remarks if tag in r], "the refused POST was stored"

@@ -18,7 +18,6 @@ import os
 import select
 import socket
 import time
-from pathlib import Path
 
 from processes import (ServerProcess, descendants, fd_count, proc_stat, settled,
                        wait_for_fds)
@@ -77,13 +76,9 @@ def cpu_ticks(tree):
     are still the same processes (all threads of each are included)."""
     ticks = {}
     for pid, start in tree.items():
-        try:
-            text = Path(f"/proc/{pid}/stat").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        fields = text[text.rindex(")") + 2:].split()
-        if int(fields[19]) == start:
-            ticks[pid] = int(fields[11]) + int(fields[12])
+        stat = proc_stat(pid)
+        if stat and stat[2] == start:
+            ticks[pid] = stat[3]
     return ticks
 
 

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from processes import RedisServer, ServerProcess, fd_count, wait_for_fds
-from rawhttp import HOST, Connection, assert_html_error, get
+from processes import (RedisServer, ServerProcess, fd_count, settled,
+                       wait_for_fds)
+from rawhttp import (HOST, SMALL_RCVBUF, Connection, assert_html_error,
+                     assert_prompt, assert_recovers, get)
 
 pytestmark = pytest.mark.models("poll", "epoll", "io_uring")
 
@@ -28,7 +30,6 @@ FD_MARGIN = 512  # descriptors beyond the idle clients: ours, the server's
 PROMPT = 0.5  # seconds: "served promptly" while the loop is under strain
 REDIS_TIMEOUT = 1.0  # seconds the servers wait for a Redis reply
 STALLED_READERS = 50
-SMALL_RCVBUF = 64 * 1024  # a reader's window: the server holds the rest
 
 
 WANTED_FDS = IDLE_CLIENTS + FD_MARGIN  # per process: ours, and the server's
@@ -57,13 +58,6 @@ def rss_kib(pid):
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-def settled_fd_count(pid):
-    """The count once the last client's close has reached the server."""
-    time.sleep(0.2)
-    return fd_count(pid)
-
-
-
 def readable(conns):
     """How many of conns have something to read: bytes nobody asked for, or
     the server's FIN. One poll() over all (select() stops at fd 1024)."""
@@ -73,22 +67,13 @@ def readable(conns):
     return len(poller.poll(0))
 
 
-def assert_prompt(port, times=10, path="/"):
-    """Fresh clients get `path` quickly, one after another."""
-    for _ in range(times):
-        started = time.monotonic()
-        assert get(port, path).status == 200
-        took = time.monotonic() - started
-        assert took < PROMPT, f"GET {path} took {took:.2f} s"
-
-
 # ---- many idle connections ----
 
 def test_10000_idle_keep_alive_connections(server):
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft != resource.RLIM_INFINITY and soft < WANTED_FDS:
         pytest.skip(f"open-file limit {soft}: {WANTED_FDS} are needed")
-    baseline = settled_fd_count(server.pid)
+    baseline = settled(lambda: fd_count(server.pid), "descriptor count")
     started = time.monotonic()
     conns = []
     try:
@@ -103,7 +88,7 @@ def test_10000_idle_keep_alive_connections(server):
         for conn in conns:
             assert conn.read_response().status == 200
         opened = time.monotonic() - started
-        assert_prompt(server.port)
+        assert_prompt(server.port, PROMPT)
         # Every one answered and none closed: all held at once (the first
         # has idled `opened` seconds; the idle timeout is 5 s).
         assert opened < 4, f"opening took {opened:.1f} s: too slow to test"
@@ -132,7 +117,7 @@ def test_readers_that_stop_reading_cost_no_memory_or_time(server, site):
             conn.send(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
             stalled.append(conn)
         time.sleep(0.5)  # let the server fill their sockets
-        assert_prompt(server.port)
+        assert_prompt(server.port, PROMPT)
         growth = rss_kib(server.pid) - rss_before
         assert growth < 16 * 1024, f"RSS grew {growth} KiB for 50 stalled reads"
         resp = stalled[0].read_response()
@@ -145,7 +130,7 @@ def test_readers_that_stop_reading_cost_no_memory_or_time(server, site):
 def test_half_sent_request_does_not_delay_others(server):
     with Connection(server.port) as half:
         half.send(b"GET / HTTP/1.1\r\nHost: x\r\nAccept: text/")
-        assert_prompt(server.port)
+        assert_prompt(server.port, PROMPT)
         half.send(b"html\r\n\r\n")  # and it is still served, later
         assert half.read_response().status == 200
 
@@ -171,7 +156,7 @@ def guestbook_503_while_others_flow(port):
             return conn.read_response(), time.monotonic() - started
     with ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(run)
-        assert_prompt(port, times=5)
+        assert_prompt(port, PROMPT, times=5)
         resp, took = waiting.result(timeout=10)
     assert_html_error(resp, 503)
     return took
@@ -202,20 +187,11 @@ def test_stopped_redis_then_continued(binary, site, tmp_path):
             assert took < REDIS_TIMEOUT + 0.5, took
         finally:
             redis.proc.send_signal(signal.SIGCONT)
-        assert_recovers(server.port)
+        assert_recovers(server.port, timeout=5.0, checks=5)
         server.stop()
     finally:
         server.cleanup()
         redis.stop()
-
-
-def assert_recovers(port, timeout=5.0):
-    """/guestbook answers 200 again within timeout, then keeps doing so."""
-    deadline = time.monotonic() + timeout
-    while get(port, "/guestbook").status != 200:
-        assert time.monotonic() < deadline, f"no recovery within {timeout} s"
-        time.sleep(0.1)
-    assert [get(port, "/guestbook").status for _ in range(5)] == [200] * 5
 
 
 class GuestbookLoad:
@@ -258,7 +234,8 @@ def test_redis_restarted_under_load(binary, site, tmp_path):
     server = ServerProcess(binary, site, redis.port)
     try:
         assert get(server.port, "/guestbook").status == 200
-        baseline = settled_fd_count(server.pid)  # the Redis link included
+        # The count includes the Redis link.
+        baseline = settled(lambda: fd_count(server.pid), "descriptor count")
         with GuestbookLoad(server.port) as load:
             time.sleep(0.5)
             redis.proc.kill()  # SIGKILL: no goodbye on the link
@@ -276,7 +253,7 @@ def test_redis_restarted_under_load(binary, site, tmp_path):
         assert set(statuses) <= {200, 503}, sorted(set(statuses))
         assert 503 in load.statuses_since(killed), "Redis down, yet no 503"
         assert statuses[-5:] == [200] * 5
-        assert_recovers(server.port)
+        assert_recovers(server.port, timeout=5.0, checks=5)
         assert wait_for_fds(server.pid, baseline) <= baseline
         server.stop()
     finally:

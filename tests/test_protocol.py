@@ -2,9 +2,8 @@
 
 import pytest
 
-from rawhttp import Connection, assert_html_error, exchange
-
-FORM_TYPE = b"Content-Type: application/x-www-form-urlencoded\r\n"
+from rawhttp import (FORM_HEAD, FORM_TYPE, Connection, assert_html_error,
+                     exchange)
 
 
 def test_post_to_static_path_is_405_with_allow(server):
@@ -59,16 +58,13 @@ def test_malformed_header_line_is_400(server, header):
     b"Content-Length: 3\r\nContent-Length: 4\r\n",
 ], ids=["letters", "negative", "trailing-junk", "two-different"])
 def test_bad_content_length_is_400(server, lengths):
-    resp = exchange(server.port,
-                    b"POST /guestbook HTTP/1.1\r\nHost: x\r\n" + FORM_TYPE +
-                    lengths + b"\r\nabcd")
+    resp = exchange(server.port, FORM_HEAD + lengths + b"\r\nabcd")
     assert_html_error(resp, 400)
 
 
 def test_transfer_encoding_is_501(server):
     resp = exchange(server.port,
-                    b"POST /guestbook HTTP/1.1\r\nHost: x\r\n" + FORM_TYPE +
-                    b"Transfer-Encoding: chunked\r\n\r\n"
+                    FORM_HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
                     b"5\r\na=b&c\r\n0\r\n\r\n")
     assert_html_error(resp, 501)
 
