@@ -1465,7 +1465,7 @@ static void accept_clients(void)
 }
 /* ---- end shared: event_conn ---- */
 
-/* ---- shared: event_app ---- */
+/* ---- shared: event_static ---- */
 /* Starts a response: c->out holds the head (and any body); `file`, owned
  * from here on (-1: none), follows it. Sent at once as far as the socket
  * takes it; writability events finish it. */
@@ -1483,16 +1483,6 @@ static void conn_respond(struct conn *c, int status, int file, off_t size)
     c->sent = 0;
     c->state = C_WRITING;
     conn_write(c);
-}
-
-/* An error page or a redirect; extra: more header lines, or NULL. */
-static void respond_error(struct conn *c, int status, const char *extra)
-{
-    c->out.len = 0;
-    if (format_error(&c->out, &c->req, status, extra))
-        conn_respond(c, status, -1, 0);
-    else
-        conn_close(c);
 }
 
 static void serve_static(struct conn *c, char *path, size_t size)
@@ -1515,6 +1505,18 @@ static void serve_static(struct conn *c, char *path, size_t size)
             conn_close(c);
         }
     }
+}
+/* ---- end shared: event_static ---- */
+
+/* ---- shared: event_app ---- */
+/* An error page or a redirect; extra: more header lines, or NULL. */
+static void respond_error(struct conn *c, int status, const char *extra)
+{
+    c->out.len = 0;
+    if (format_error(&c->out, &c->req, status, extra))
+        conn_respond(c, status, -1, 0);
+    else
+        conn_close(c);
 }
 
 /* GET or HEAD /guestbook: the first of three Redis round trips. */
@@ -1624,7 +1626,7 @@ static void conn_advance(struct conn *c)
 }
 /* ---- end shared: event_app ---- */
 
-/* ---- shared: event_redis ---- */
+/* ---- shared: event_fifo ---- */
 /* Parks c at the FIFO's tail. Tickets count up for ever; a ticket's slot is
  * ticket % fifo_cap, and the ring doubles when full. */
 static bool fifo_push(struct conn *c)
@@ -1654,7 +1656,9 @@ static struct conn *fifo_pop(void)
         return NULL;
     return rd->fifo[rd->head++ & (rd->fifo_cap - 1)];
 }
+/* ---- end shared: event_fifo ---- */
 
+/* ---- shared: event_redis ---- */
 /* The link is down, garbled or too slow: close it, answer 503 to every
  * waiting client (their replies will never come), and allow a new connect
  * only after a backoff that doubles, so a dead Redis costs one connect()

@@ -1556,7 +1556,8 @@ static void accept_clients(int res, unsigned flags)
         accept_resume();
 }
 
-/* The app: 07's event_app, but for static files (see open_cached). */
+/* The app: static files through a small open-file cache (open_cached);
+ * the guestbook and the routing are 07's, in the shared event_app below. */
 
 /* Starts a response: c->out holds the head (and any body); `file` (-1:
  * none) follows it, read chunk by chunk through the ring, and c->own_file
@@ -1572,16 +1573,6 @@ static void conn_respond(struct conn *c, int status, int file, off_t size)
     c->sent = 0;
     c->state = C_WRITING;
     conn_write(c);
-}
-
-/* An error page or a redirect; extra: more header lines, or NULL. */
-static void respond_error(struct conn *c, int status, const char *extra)
-{
-    c->out.len = 0;
-    if (format_error(&c->out, &c->req, status, extra))
-        conn_respond(c, status, -1, 0);
-    else
-        conn_close(c);
 }
 
 /* open_public() behind a small cache, after nginx's open_file_cache: a hit
@@ -1656,6 +1647,17 @@ static void serve_static(struct conn *c, char *path, size_t size)
             conn_close(c);
         }
     }
+}
+
+/* ---- shared: event_app ---- */
+/* An error page or a redirect; extra: more header lines, or NULL. */
+static void respond_error(struct conn *c, int status, const char *extra)
+{
+    c->out.len = 0;
+    if (format_error(&c->out, &c->req, status, extra))
+        conn_respond(c, status, -1, 0);
+    else
+        conn_close(c);
 }
 
 /* GET or HEAD /guestbook: the first of three Redis round trips. */
@@ -1763,9 +1765,11 @@ static void conn_advance(struct conn *c)
             start_request(c);
     }
 }
+/* ---- end shared: event_app ---- */
 
 /* Redis: the same FIFO and pipelining as 07, over the ring. */
 
+/* ---- shared: event_fifo ---- */
 /* Parks c at the FIFO's tail. Tickets count up for ever; a ticket's slot is
  * ticket % fifo_cap, and the ring doubles when full. */
 static bool fifo_push(struct conn *c)
@@ -1795,6 +1799,7 @@ static struct conn *fifo_pop(void)
         return NULL;
     return rd->fifo[rd->head++ & (rd->fifo_cap - 1)];
 }
+/* ---- end shared: event_fifo ---- */
 
 /* The failed link's last operation is reaped: its socket can go. */
 static void redis_closed(void)
