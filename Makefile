@@ -64,7 +64,8 @@ sweep-full: deps
 	py=$$(tools/python matplotlib) && "$$py" loadtest/sweep --no-build
 
 # Fuzz the shared parsers with libFuzzer (fuzz/README.md): each target
-# FUZZ_SECONDS, as many at once as there are CPUs. Not part of `make test`.
+# FUZZ_SECONDS, as many at once as there are CPUs. Not part of `make test`
+# (which only builds them and replays their seeds: fuzz/run --check).
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	fuzz/run -t $(FUZZ_SECONDS)
