@@ -1209,8 +1209,9 @@ static struct io_uring_sqe *redis_sqe(enum op op)
     return new_sqe(&loop.redis, op);
 }
 
-/* close() through the ring: queued behind every operation that names fd,
- * so the number cannot be reused under them. */
+/* close() through the ring, behind the operations that name fd: each took
+ * its file when it was submitted, so the number cannot be reused under
+ * them. (A shutdown would not: see response_done.) */
 static void close_later(int fd)
 {
     io_uring_prep_close(new_sqe(NULL, OP_NONE), fd);
@@ -1369,7 +1370,11 @@ static void response_done(struct conn *c)
         free(c->buf); /* what the client still sends is dropped */
         c->buf = NULL;
         c->len = c->cap = 0;
-        io_uring_prep_shutdown(new_sqe(NULL, OP_NONE), c->fd, SHUT_WR);
+        /* Not through the ring: io_uring runs a shutdown in a worker
+         * thread that looks the fd up by number, maybe after this socket
+         * is closed and the number reused by a new client. The call is
+         * cheap and never blocks. */
+        shutdown(c->fd, SHUT_WR);
         c->state = C_LINGER;
         timer_set(c, T_LINGER);
         conn_recv(c);
