@@ -1395,12 +1395,26 @@ static int open_listener(int port)
     return fd;
 }
 
+/* A number setting from the environment: unset or empty gives `fallback`;
+ * anything but a number in min..max is an error (exit 2), not a guess. */
+static int env_number(const char *var, int fallback, int min, int max)
+{
+    const char *s = getenv(var);
+    long long n = fallback;
+    if (s && *s &&
+        (!parse_integer(s, s + strlen(s), &n) || n < min || n > max)) {
+        fprintf(stderr, "%s: %s must be a number from %d to %d\n", SERVER_NAME,
+                var, min, max);
+        exit(2);
+    }
+    return (int)n;
+}
+
 static void server_init(int argc, char **argv)
 {
     parse_args(argc, argv);
     install_signals();
-    server.log =
-        getenv("ZEROHTTPD_LOG") && strcmp(getenv("ZEROHTTPD_LOG"), "1") == 0;
+    server.log = env_number("ZEROHTTPD_LOG", 0, 0, 1) == 1;
     server.stats = mmap(NULL, sizeof *server.stats, PROT_READ | PROT_WRITE,
                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (server.stats == MAP_FAILED)

@@ -1399,12 +1399,26 @@ static int open_listener(int port)
     return fd;
 }
 
+/* A number setting from the environment: unset or empty gives `fallback`;
+ * anything but a number in min..max is an error (exit 2), not a guess. */
+static int env_number(const char *var, int fallback, int min, int max)
+{
+    const char *s = getenv(var);
+    long long n = fallback;
+    if (s && *s &&
+        (!parse_integer(s, s + strlen(s), &n) || n < min || n > max)) {
+        fprintf(stderr, "%s: %s must be a number from %d to %d\n", SERVER_NAME,
+                var, min, max);
+        exit(2);
+    }
+    return (int)n;
+}
+
 static void server_init(int argc, char **argv)
 {
     parse_args(argc, argv);
     install_signals();
-    server.log =
-        getenv("ZEROHTTPD_LOG") && strcmp(getenv("ZEROHTTPD_LOG"), "1") == 0;
+    server.log = env_number("ZEROHTTPD_LOG", 0, 0, 1) == 1;
     server.stats = mmap(NULL, sizeof *server.stats, PROT_READ | PROT_WRITE,
                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (server.stats == MAP_FAILED)
@@ -1446,21 +1460,6 @@ static int accept_client(void)
 
 static pid_t workers[MAX_WORKERS]; /* the pool, 0 for an empty slot */
 
-/* ---- shared: pool_size ---- */
-/* The pool size from the environment: a number in 1..max, else exit 2. */
-static int pool_size(const char *var, int fallback, int max)
-{
-    const char *s = getenv(var);
-    long long n = fallback;
-    if (s && (!parse_integer(s, s + strlen(s), &n) || n < 1 || n > max)) {
-        fprintf(stderr, "%s: %s must be a number from 1 to %d\n", SERVER_NAME,
-                var, max);
-        exit(2);
-    }
-    return (int)n;
-}
-/* ---- end shared: pool_size ---- */
-
 /* A worker: accept, serve, repeat, with one Redis connection for life. */
 static pid_t spawn_worker(const sigset_t *mask, pid_t parent)
 {
@@ -1498,7 +1497,7 @@ static void replace_workers(int n, const sigset_t *mask, pid_t parent)
  * a check and the wait. The workers get the old mask back. */
 static void serve_forever(void)
 {
-    int n = pool_size("ZEROHTTPD_WORKERS", DEFAULT_WORKERS, MAX_WORKERS);
+    int n = env_number("ZEROHTTPD_WORKERS", DEFAULT_WORKERS, 1, MAX_WORKERS);
     int sig = SIGCHLD;
     sigset_t wait_for, old;
     pid_t parent = getpid();

@@ -1404,12 +1404,26 @@ static int open_listener(int port)
     return fd;
 }
 
+/* A number setting from the environment: unset or empty gives `fallback`;
+ * anything but a number in min..max is an error (exit 2), not a guess. */
+static int env_number(const char *var, int fallback, int min, int max)
+{
+    const char *s = getenv(var);
+    long long n = fallback;
+    if (s && *s &&
+        (!parse_integer(s, s + strlen(s), &n) || n < min || n > max)) {
+        fprintf(stderr, "%s: %s must be a number from %d to %d\n", SERVER_NAME,
+                var, min, max);
+        exit(2);
+    }
+    return (int)n;
+}
+
 static void server_init(int argc, char **argv)
 {
     parse_args(argc, argv);
     install_signals();
-    server.log =
-        getenv("ZEROHTTPD_LOG") && strcmp(getenv("ZEROHTTPD_LOG"), "1") == 0;
+    server.log = env_number("ZEROHTTPD_LOG", 0, 0, 1) == 1;
     server.stats = mmap(NULL, sizeof *server.stats, PROT_READ | PROT_WRITE,
                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (server.stats == MAP_FAILED)
@@ -1452,21 +1466,6 @@ static int accept_client(void)
 /* Held by the one thread that is in accept(); the others queue on it. */
 static pthread_mutex_t accept_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* ---- shared: pool_size ---- */
-/* The pool size from the environment: a number in 1..max, else exit 2. */
-static int pool_size(const char *var, int fallback, int max)
-{
-    const char *s = getenv(var);
-    long long n = fallback;
-    if (s && (!parse_integer(s, s + strlen(s), &n) || n < 1 || n > max)) {
-        fprintf(stderr, "%s: %s must be a number from 1 to %d\n", SERVER_NAME,
-                var, max);
-        exit(2);
-    }
-    return (int)n;
-}
-/* ---- end shared: pool_size ---- */
-
 /* A pool thread: serve one client at a time, for the life of the server,
  * with one Redis connection of its own. */
 static void *pool_thread(void *arg)
@@ -1488,7 +1487,8 @@ static void *pool_thread(void *arg)
  * inherit the mask and only the main thread takes them, in sigwait(). */
 static void serve_forever(void)
 {
-    int n = pool_size("ZEROHTTPD_THREADS", DEFAULT_THREADS, MAX_THREADS), sig;
+    int n = env_number("ZEROHTTPD_THREADS", DEFAULT_THREADS, 1, MAX_THREADS);
+    int sig;
     pthread_attr_t attr;
     sigset_t stops;
     sigemptyset(&stops);

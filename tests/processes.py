@@ -354,11 +354,13 @@ def _limit_descriptors(soft):
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def run_to_exit(binary, args, cwd, timeout=5.0):
-    """Run a server that should exit by itself (bad arguments, port taken):
-    (exit code, stdout, stderr). Still running after timeout: it and its
-    workers are killed by PID and the code is None."""
+def run_to_exit(binary, args, cwd, timeout=5.0, env=None):
+    """Run a server that should exit by itself (bad arguments or settings,
+    port taken): (exit code, stdout, stderr). `env` adds to the environment.
+    Still running after timeout: it and its workers are killed by PID and
+    the code is None."""
     proc = subprocess.Popen([str(binary.path), *args], cwd=cwd,
+                            env={**os.environ, **(env or {})},
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     try:

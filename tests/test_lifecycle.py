@@ -8,10 +8,12 @@ import time
 import pytest
 
 from processes import (RedisServer, ServerProcess, children, discover_binaries,
-                       proc_stat, run_to_exit, settled)
+                       free_port, proc_stat, run_to_exit, settled)
 from rawhttp import Connection, assert_html_error, assert_recovers, get
 
 RECOVERY_CHECKS = 40  # guestbook pages before and after a Redis outage
+POOL_SETTINGS = {"preforked": "ZEROHTTPD_WORKERS",
+                 "prethreaded": "ZEROHTTPD_THREADS"}
 
 
 def test_server_binaries_were_built():
@@ -110,6 +112,24 @@ def test_invalid_port_argument_exits_2_with_usage(binary, site, argument):
     code, out, err = run_to_exit(binary, [argument], site)
     assert code == 2, (code, out, err)
     assert "usage" in err.lower(), err
+
+
+@pytest.mark.parametrize("value", ["yes", "2", "-1", "1x"])
+def test_invalid_log_setting_exits_2_naming_it(binary, site, value):
+    code, out, err = run_to_exit(binary, [str(free_port())], site,
+                                 env={"ZEROHTTPD_LOG": value})
+    assert code == 2, (code, out, err)
+    assert "ZEROHTTPD_LOG must be a number from 0 to 1" in err, err
+
+
+@pytest.mark.models("preforked", "prethreaded")
+@pytest.mark.parametrize("value", ["0", "many", "4097", "-3"])
+def test_invalid_pool_size_exits_2_naming_it(binary, site, value):
+    variable = POOL_SETTINGS[binary.model]
+    code, out, err = run_to_exit(binary, [str(free_port())], site,
+                                 env={variable: value})
+    assert code == 2, (code, out, err)
+    assert f"{variable} must be a number from 1 to 4096" in err, err
 
 
 def test_port_in_use_exits_with_a_message(binary, site):
