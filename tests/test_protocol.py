@@ -76,20 +76,19 @@ def test_uri_over_4096_is_414(server):
     assert_html_error(resp, 414)
 
 
-def test_headers_over_8k_are_431(server):
+def get_with_filler_headers(port, count):
+    """A GET carrying `count` headers of 216 bytes each."""
     headers = b"".join(b"X-Filler-%02d: %s\r\n" % (i, b"v" * 200)
-                       for i in range(45))  # about 9.5 KiB
-    resp = exchange(server.port,
-                    b"GET / HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
-    assert_html_error(resp, 431)
+                       for i in range(count))
+    return exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+
+
+def test_headers_over_8k_are_431(server):
+    assert_html_error(get_with_filler_headers(server.port, 45), 431)  # 9.5 KiB
 
 
 def test_headers_just_under_8k_are_fine(server):
-    headers = b"".join(b"X-Filler-%02d: %s\r\n" % (i, b"v" * 200)
-                       for i in range(35))  # about 7.4 KiB
-    resp = exchange(server.port,
-                    b"GET / HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
-    assert resp.status == 200
+    assert get_with_filler_headers(server.port, 35).status == 200  # 7.4 KiB
 
 
 def test_http_1_1_without_host_is_400(server):
