@@ -1593,6 +1593,7 @@ static int open_cached(struct conn *c, char *path, size_t size, off_t *fsize,
         hash = (hash ^ (unsigned char)*p) * 16777619u;
     struct cached_file *f = &loop.files[hash % FILE_CACHE_SLOTS];
     struct stat st;
+    size_t len = strlen(path);
     c->own_file = false;
     if (f->path && strcmp(f->path, path) == 0 && loop.now < f->expires) {
         *fsize = f->size;
@@ -1604,6 +1605,7 @@ static int open_cached(struct conn *c, char *path, size_t size, off_t *fsize,
         *fsize = st.st_size;
         *type = mime_type(path);
     }
+    path[len] = '\0'; /* the key is the path asked for: "/", not its index */
     char *key = fd >= 0 && st.st_size <= FILE_CACHE_MAX ? strdup(path) : NULL;
     if (!key) { /* not cached: this response closes it */
         c->own_file = true;
