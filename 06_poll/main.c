@@ -1681,24 +1681,17 @@ static struct conn *fifo_pop(void)
 }
 /* ---- end shared: event_fifo ---- */
 
-/* ---- shared: event_redis ---- */
-/* The link is down, garbled or too slow: close it, answer 503 to every
- * waiting client (their replies will never come), and allow a new connect
- * only after a backoff that doubles, so a dead Redis costs one connect()
- * per backoff, not one per request. */
-static void redis_fail(void)
+/* ---- shared: event_replies ---- */
+/* What every event loop does when its Redis link fails, however it drives
+ * the link: forget the reply half read, allow a new connect only after a
+ * backoff that doubles (a dead Redis costs one connect per backoff, not one
+ * per request), and answer 503 to every waiting client: their replies will
+ * never come. */
+static void redis_drop_waiters(void)
 {
     struct redis *rd = &loop.redis;
-    if (rd->w.fd >= 0) {
-        unwatch_fd(&rd->w);
-        close(rd->w.fd);
-        if (server.log)
-            fprintf(stderr, "%s: redis: link lost, retry in %d ms\n",
-                    SERVER_NAME, rd->backoff_ms);
-    }
-    rd->w.fd = -1;
     rd->connecting = false;
-    rd->out.len = rd->sent = rd->in.len = 0;
+    rd->out.len = rd->in.len = 0;
     rd->reply = (struct resp_reply){0};
     rd->deadline = 0;
     rd->retry_at = loop.now + rd->backoff_ms;
@@ -1712,6 +1705,69 @@ static void redis_fail(void)
             conn_advance(c);
         }
     }
+}
+
+/* Moves the reply being framed to the start of the buffer, offsets too. */
+static void redis_compact(size_t start)
+{
+    struct redis *rd = &loop.redis;
+    if (start == 0)
+        return;
+    memmove(rd->in.data, rd->in.data + start, rd->in.len - start);
+    rd->in.len -= start;
+    rd->reply.pos -= start;
+    for (size_t i = 0; i < rd->reply.nitems; i++)
+        rd->reply.item[i].off -= start;
+}
+
+/* n more bytes of replies have landed in rd->in: frame each whole reply
+ * and hand it to the client at the FIFO's head (or drop it, if that client
+ * has gone). Each reply resets the reply clock for the next waiter. False
+ * when the link failed instead (a garbled reply, or one nobody asked for). */
+static bool redis_take_replies(size_t n)
+{
+    struct redis *rd = &loop.redis;
+    size_t start = 0; /* where the reply being framed begins */
+    rd->in.len += n;
+    for (;;) {
+        enum parse_result pr = resp_parse(&rd->reply, rd->in.data, rd->in.len);
+        if (pr == PARSE_AGAIN)
+            break;
+        if (pr == PARSE_ERROR || rd->head == rd->tail) {
+            redis_fail();
+            return false;
+        }
+        struct conn *c = fifo_pop();
+        rd->backoff_ms = REDIS_BACKOFF_MS; /* healthy again */
+        rd->deadline = rd->head != rd->tail ? loop.now + REDIS_TIMEOUT_MS : 0;
+        if (c) {
+            guestbook_next(c, &rd->reply, rd->in.data);
+            conn_advance(c);
+        }
+        start = rd->reply.pos;
+        rd->reply = (struct resp_reply){.pos = start};
+    }
+    redis_compact(start);
+    return true;
+}
+/* ---- end shared: event_replies ---- */
+
+/* ---- shared: event_redis ---- */
+/* The link is down, garbled or too slow: close it, then back off and let
+ * every waiting client go (redis_drop_waiters). */
+static void redis_fail(void)
+{
+    struct redis *rd = &loop.redis;
+    if (rd->w.fd >= 0) {
+        unwatch_fd(&rd->w);
+        close(rd->w.fd);
+        if (server.log)
+            fprintf(stderr, "%s: redis: link lost, retry in %d ms\n",
+                    SERVER_NAME, rd->backoff_ms);
+    }
+    rd->w.fd = -1;
+    rd->sent = 0;
+    redis_drop_waiters();
 }
 
 /* Starts a non-blocking connect; its outcome arrives as writability (see
@@ -1760,26 +1816,10 @@ static void redis_queue(struct conn *c, int argc, const char *const argv[])
     c->state = C_REDIS;
 }
 
-/* Moves the reply being framed to the start of the buffer, offsets too. */
-static void redis_compact(size_t start)
-{
-    struct redis *rd = &loop.redis;
-    if (start == 0)
-        return;
-    memmove(rd->in.data, rd->in.data + start, rd->in.len - start);
-    rd->in.len -= start;
-    rd->reply.pos -= start;
-    for (size_t i = 0; i < rd->reply.nitems; i++)
-        rd->reply.item[i].off -= start;
-}
-
-/* Replies have arrived: frame each whole one and hand it to the client at
- * the FIFO's head (or drop it, if that client has gone). Each reply resets
- * the reply clock for the next waiter. */
+/* Replies have arrived: read them, then frame and deliver them. */
 static void redis_read(void)
 {
     struct redis *rd = &loop.redis;
-    size_t start = 0; /* where the reply being framed begins */
     if (!sb_reserve(&rd->in, REDIS_READ_SIZE)) {
         redis_fail();
         return;
@@ -1792,26 +1832,7 @@ static void redis_read(void)
         redis_fail();
         return;
     }
-    rd->in.len += (size_t)n;
-    for (;;) {
-        enum parse_result pr = resp_parse(&rd->reply, rd->in.data, rd->in.len);
-        if (pr == PARSE_AGAIN)
-            break;
-        if (pr == PARSE_ERROR || rd->head == rd->tail) {
-            redis_fail(); /* garbled, or a reply nobody asked for */
-            return;
-        }
-        struct conn *c = fifo_pop();
-        rd->backoff_ms = REDIS_BACKOFF_MS; /* healthy again */
-        rd->deadline = rd->head != rd->tail ? loop.now + REDIS_TIMEOUT_MS : 0;
-        if (c) {
-            guestbook_next(c, &rd->reply, rd->in.data);
-            conn_advance(c);
-        }
-        start = rd->reply.pos;
-        rd->reply = (struct resp_reply){.pos = start};
-    }
-    redis_compact(start);
+    redis_take_replies((size_t)n);
 }
 
 /* Sends the queued commands, as far as the socket takes them. Called once

@@ -1808,35 +1808,15 @@ static struct conn *fifo_pop(void)
 }
 /* ---- end shared: event_fifo ---- */
 
-/* The failed link's last operation is reaped: its socket can go. */
-static void redis_closed(void)
+/* ---- shared: event_replies ---- */
+/* What every event loop does when its Redis link fails, however it drives
+ * the link: forget the reply half read, allow a new connect only after a
+ * backoff that doubles (a dead Redis costs one connect per backoff, not one
+ * per request), and answer 503 to every waiting client: their replies will
+ * never come. */
+static void redis_drop_waiters(void)
 {
     struct redis *rd = &loop.redis;
-    close_later(rd->fd);
-    rd->fd = -1;
-    rd->closing = false;
-    rd->wire.len = rd->sent = 0;
-}
-
-/* The link is down, garbled or too slow: answer 503 to every waiting client
- * (their replies will never come), cancel the socket's operations (it is
- * closed once they are reaped), and allow a new connect only after a
- * backoff that doubles, so a dead Redis costs one connect per backoff, not
- * one per request. */
-static void redis_fail(void)
-{
-    struct redis *rd = &loop.redis;
-    if (rd->fd >= 0 && !rd->closing) {
-        rd->closing = true;
-        if (rd->inflight > 0)
-            io_uring_prep_cancel_fd(new_sqe(NULL, OP_NONE), rd->fd,
-                                    IORING_ASYNC_CANCEL_ALL);
-        else
-            redis_closed();
-        if (server.log)
-            fprintf(stderr, "%s: redis: link lost, retry in %d ms\n",
-                    SERVER_NAME, rd->backoff_ms);
-    }
     rd->connecting = false;
     rd->out.len = rd->in.len = 0;
     rd->reply = (struct resp_reply){0};
@@ -1852,6 +1832,81 @@ static void redis_fail(void)
             conn_advance(c);
         }
     }
+}
+
+/* Moves the reply being framed to the start of the buffer, offsets too. */
+static void redis_compact(size_t start)
+{
+    struct redis *rd = &loop.redis;
+    if (start == 0)
+        return;
+    memmove(rd->in.data, rd->in.data + start, rd->in.len - start);
+    rd->in.len -= start;
+    rd->reply.pos -= start;
+    for (size_t i = 0; i < rd->reply.nitems; i++)
+        rd->reply.item[i].off -= start;
+}
+
+/* n more bytes of replies have landed in rd->in: frame each whole reply
+ * and hand it to the client at the FIFO's head (or drop it, if that client
+ * has gone). Each reply resets the reply clock for the next waiter. False
+ * when the link failed instead (a garbled reply, or one nobody asked for). */
+static bool redis_take_replies(size_t n)
+{
+    struct redis *rd = &loop.redis;
+    size_t start = 0; /* where the reply being framed begins */
+    rd->in.len += n;
+    for (;;) {
+        enum parse_result pr = resp_parse(&rd->reply, rd->in.data, rd->in.len);
+        if (pr == PARSE_AGAIN)
+            break;
+        if (pr == PARSE_ERROR || rd->head == rd->tail) {
+            redis_fail();
+            return false;
+        }
+        struct conn *c = fifo_pop();
+        rd->backoff_ms = REDIS_BACKOFF_MS; /* healthy again */
+        rd->deadline = rd->head != rd->tail ? loop.now + REDIS_TIMEOUT_MS : 0;
+        if (c) {
+            guestbook_next(c, &rd->reply, rd->in.data);
+            conn_advance(c);
+        }
+        start = rd->reply.pos;
+        rd->reply = (struct resp_reply){.pos = start};
+    }
+    redis_compact(start);
+    return true;
+}
+/* ---- end shared: event_replies ---- */
+
+/* The failed link's last operation is reaped: its socket can go. */
+static void redis_closed(void)
+{
+    struct redis *rd = &loop.redis;
+    close_later(rd->fd);
+    rd->fd = -1;
+    rd->closing = false;
+    rd->wire.len = rd->sent = 0;
+}
+
+/* The link is down, garbled or too slow: cancel the socket's operations
+ * (it is closed once they are reaped), then back off and let every waiting
+ * client go (redis_drop_waiters). */
+static void redis_fail(void)
+{
+    struct redis *rd = &loop.redis;
+    if (rd->fd >= 0 && !rd->closing) {
+        rd->closing = true;
+        if (rd->inflight > 0)
+            io_uring_prep_cancel_fd(new_sqe(NULL, OP_NONE), rd->fd,
+                                    IORING_ASYNC_CANCEL_ALL);
+        else
+            redis_closed();
+        if (server.log)
+            fprintf(stderr, "%s: redis: link lost, retry in %d ms\n",
+                    SERVER_NAME, rd->backoff_ms);
+    }
+    redis_drop_waiters();
 }
 
 /* Starts the connect through the ring; it completes (redis_complete)
@@ -1896,19 +1951,6 @@ static void redis_queue(struct conn *c, int argc, const char *const argv[])
     c->state = C_REDIS;
 }
 
-/* Moves the reply being framed to the start of the buffer, offsets too. */
-static void redis_compact(size_t start)
-{
-    struct redis *rd = &loop.redis;
-    if (start == 0)
-        return;
-    memmove(rd->in.data, rd->in.data + start, rd->in.len - start);
-    rd->in.len -= start;
-    rd->reply.pos -= start;
-    for (size_t i = 0; i < rd->reply.nitems; i++)
-        rd->reply.item[i].off -= start;
-}
-
 /* Keeps one recv in flight while connected; replies land after rd->in's
  * bytes, which stay put until it completes. */
 static void redis_recv(void)
@@ -1922,34 +1964,11 @@ static void redis_recv(void)
                        rd->in.data + rd->in.len, rd->in.cap - rd->in.len, 0);
 }
 
-/* res bytes of replies have arrived: frame each whole one and hand it to
- * the client at the FIFO's head (or drop it, if that client has gone). Each
- * reply resets the reply clock for the next waiter. */
+/* res bytes of replies have arrived: deliver them, and read on. */
 static void redis_read(int res)
 {
-    struct redis *rd = &loop.redis;
-    size_t start = 0; /* where the reply being framed begins */
-    rd->in.len += (size_t)res;
-    for (;;) {
-        enum parse_result pr = resp_parse(&rd->reply, rd->in.data, rd->in.len);
-        if (pr == PARSE_AGAIN)
-            break;
-        if (pr == PARSE_ERROR || rd->head == rd->tail) {
-            redis_fail(); /* garbled, or a reply nobody asked for */
-            return;
-        }
-        struct conn *c = fifo_pop();
-        rd->backoff_ms = REDIS_BACKOFF_MS; /* healthy again */
-        rd->deadline = rd->head != rd->tail ? loop.now + REDIS_TIMEOUT_MS : 0;
-        if (c) {
-            guestbook_next(c, &rd->reply, rd->in.data);
-            conn_advance(c);
-        }
-        start = rd->reply.pos;
-        rd->reply = (struct resp_reply){.pos = start};
-    }
-    redis_compact(start);
-    redis_recv();
+    if (redis_take_replies((size_t)res))
+        redis_recv();
 }
 
 /* Sends the rest of the commands in flight. */
