@@ -1178,15 +1178,17 @@ static enum parse_result read_request(struct conn *c)
 }
 
 /* Sends c->out, then the file if there is one (MSG_MORE lets the head and
- * the file's first bytes share a packet). */
+ * the file's first bytes share a packet). Counted before it leaves: a stop
+ * may print the summary while this client's worker is still running, and
+ * a response the client has seen must be in it. */
 static bool send_response(struct conn *c, int status, int file, off_t size)
 {
     bool body = file >= 0 && size > 0 && c->req.method != METHOD_HEAD;
+    count_response(&c->req, c->buf, status,
+                   c->out.len + (body ? (size_t)size : 0));
     bool ok = send_all(c->fd, c->out.data, c->out.len, body ? MSG_MORE : 0);
     if (ok && body)
         ok = send_file(c->fd, file, size);
-    count_response(&c->req, c->buf, status,
-                   c->out.len + (body ? (size_t)size : 0));
     return ok;
 }
 
