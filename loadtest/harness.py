@@ -6,7 +6,7 @@ little things each of them needs around that.
     stops one by PID (then SIGKILLs its process group, which catches
     workers that outlived their parent); stop_all() stops whatever is left.
     Only processes started here are ever signalled, never anything by name.
-  - free_port(), wait_until(), accepts(), wait_accepting(): ports and
+  - free_port(), wait_until(), accepts(): ports and
     waiting for something to come up, bounded by START_TIMEOUT.
   - Redis: a private redis-server on a free port, restartable on that port,
     with command() for seeding.
@@ -81,9 +81,14 @@ def stop(proc, sig=signal.SIGTERM, grace=STOP_GRACE):
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
             pipe.close()
+    forget(proc)
+    return code
+
+
+def forget(proc):
+    """A process the caller has waited for itself: nothing left to stop."""
     if proc in STARTED:
         STARTED.remove(proc)
-    return code
 
 
 def stop_all(grace=STOP_GRACE):
@@ -92,10 +97,10 @@ def stop_all(grace=STOP_GRACE):
         stop(proc, grace=grace)
 
 
-def describe_exit(code, grace=STOP_GRACE):
+def describe_exit(code):
     """An exit code as stop() returns it, in words."""
     if code is None:
-        return f"still running {grace:.0f} s after SIGTERM"
+        return f"still running {STOP_GRACE:.0f} s after SIGTERM"
     if code < 0:
         return f"killed by {signal.Signals(-code).name}"
     return f"exit {code}"
@@ -139,10 +144,6 @@ def accepts(port):
         return False
 
 
-def wait_accepting(port, proc, what):
-    wait_until(lambda: accepts(port), proc, what)
-
-
 def raise_open_file_limit():
     """Soft open-file limit up to the hard one; the processes we start
     inherit it. Returns it."""
@@ -156,7 +157,7 @@ def raise_open_file_limit():
 class Redis:
     """A private redis-server on a free port, nothing saved to disk, its log
     in workdir/redis.log. start() (again after kill(), on the same port),
-    command(), stop(); or `with Redis(...) as redis:`."""
+    command(), stop()."""
 
     def __init__(self, workdir, maxclients=None, backlog=None):
         self.port = free_port()
@@ -206,12 +207,6 @@ class Redis:
         if self.proc is not None:
             stop(self.proc, grace=grace)
 
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
-
 
 # ===== The servers and nginx =====
 
@@ -243,7 +238,7 @@ def start_server(name, redis_port, log_path, label=None):
             return line in log.read()
 
     try:
-        wait_until(listening, proc, "server")
+        wait_until(listening, proc, f"./{name}")
     except StartError:
         stop(proc)
         raise
@@ -263,7 +258,7 @@ def start_nginx(prefix, config, logs):
                       "-e", str(Path(logs) / "nginx-error.log")],
                      stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_accepting(port, proc, "nginx")
+        wait_until(lambda: accepts(port), proc, "nginx")
     except StartError:
         stop(proc)
         raise
