@@ -284,6 +284,8 @@ def test_io_uring_keeps_a_hot_file_open_between_requests(server):
         for _ in range(5):
             assert get(server.port, "/").status == 200
             seen.append(open_files(server.pid, "/public/index.html"))
-        if len(seen[0]) == 1 and all(fds == seen[0] for fds in seen):
+        one_fd_throughout = len(seen[0]) == 1 and all(
+            fds == seen[0] for fds in seen)
+        if one_fd_throughout:
             break
-    assert len(seen[0]) == 1 and all(fds == seen[0] for fds in seen), seen
+    assert one_fd_throughout, seen
