@@ -1589,11 +1589,12 @@ static int open_cached(struct conn *c, char *path, size_t size, off_t *fsize,
                        const char **type, int *status)
 {
     uint32_t hash = 2166136261u; /* FNV-1a */
-    for (const char *p = path; *p; p++)
+    const char *p = path;
+    for (; *p; p++)
         hash = (hash ^ (unsigned char)*p) * 16777619u;
+    size_t len = (size_t)(p - path);
     struct cached_file *f = &loop.files[hash % FILE_CACHE_SLOTS];
     struct stat st;
-    size_t len = strlen(path);
     c->own_file = false;
     if (f->path && strcmp(f->path, path) == 0 && loop.now < f->expires) {
         *fsize = f->size;
