@@ -187,7 +187,464 @@ struct conn {
 static struct server server;
 static volatile sig_atomic_t stop_requested; /* set by SIGINT/SIGTERM */
 
-/* ===== Small utilities ===== */
+/* ===== What the model uses from the app below ===== */
+
+/* ---- shared: app_api ---- */
+/* The app every model serves: defined after main(), identical in all eight
+ * files. This is all of it that a model calls. */
+
+/* Start-up (arguments, signals, public/, the template, the listener) and the
+ * summary printed at the stop. */
+static void server_init(int argc, char **argv);
+static int env_number(const char *var, int fallback, int min, int max);
+static void print_summary(void);
+static void die(const char *what);
+
+/* A request: the resumable parser over the connection's buffer, its size,
+ * and what it is for (a file, the guestbook page or form, an error). */
+static void http_request_init(struct http_request *r);
+static enum parse_result http_parse(struct http_request *r, const char *buf,
+                                    size_t len);
+static size_t request_size(const struct http_request *r);
+static enum route route_request(struct http_request *r, const char *buf,
+                                char *path, size_t size);
+
+/* A response: the head, a whole error page or redirect, the count. */
+static bool format_head(struct strbuf *out, const struct http_request *r,
+                        int status, const char *type, size_t length,
+                        const char *extra);
+static bool format_error(struct strbuf *out, const struct http_request *r,
+                         int status, const char *extra);
+static void slash_location(const struct http_request *r, const char *buf,
+                           char *out, size_t size);
+static void count_response(const struct http_request *r, const char *buf,
+                           int status, size_t bytes);
+
+/* A static file beneath public/, and its type. */
+static int open_public(char *path, size_t size, struct stat *st, int *status);
+static const char *mime_type(const char *path);
+
+/* The guestbook: Redis commands out and replies in (RESP), the page. */
+static bool resp_format(struct strbuf *out, int argc, const char *const argv[]);
+static enum parse_result resp_parse(struct resp_reply *r, const char *buf,
+                                    size_t len);
+static bool parse_integer(const char *s, const char *end, long long *out);
+static int guest_entry(const char *body, size_t len, char *entry, size_t size);
+static bool render_remarks(struct strbuf *out, const char *buf,
+                           const struct resp_reply *r);
+static bool render_page(struct strbuf *out, const struct strbuf *remarks,
+                        long long visitors);
+
+/* Growable byte buffers, and the clock every timeout reads. */
+static bool sb_reserve(struct strbuf *b, size_t extra);
+static bool sb_append(struct strbuf *b, const void *data, size_t n);
+static void sb_free(struct strbuf *b);
+static int64_t now_ms(void);
+/* ---- end shared: app_api ---- */
+
+/* ===== The concurrency model: one client at a time ===== */
+
+/* ---- shared: blocking_decls ---- */
+/* Serving one connection, blocking: the same in 01-05 and defined below, in
+ * this order. The model above calls the first four. */
+static int accept_client(void);
+static void serve_connection(int fd, struct redis *rd);
+static void redis_free(struct redis *rd);
+static void set_timeout(int fd, int option, int ms);
+
+/* One client: read a request, answer it, repeat. */
+static enum parse_result read_request(struct conn *c);
+static bool handle_request(struct conn *c);
+static bool serve_static(struct conn *c, char *path, size_t size);
+static bool serve_guestbook(struct conn *c);
+static bool post_guestbook(struct conn *c);
+static bool respond_error(struct conn *c, int status, const char *extra);
+static bool send_response(struct conn *c, int status, int file, off_t size);
+
+/* Redis: one round trip at a time, waited for. */
+enum redis_outcome { REDIS_OK, REDIS_FAILED, REDIS_GONE };
+static bool redis_command(struct redis *rd, int argc, const char *const argv[]);
+static enum redis_outcome redis_try(struct redis *rd, int argc,
+                                    const char *const argv[]);
+static bool redis_connect(struct redis *rd);
+static void redis_disconnect(struct redis *rd);
+
+/* Socket I/O that waits, each wait bounded by a deadline or a timeout. */
+static bool wait_readable(int fd, int64_t deadline);
+static bool send_all(int fd, const char *data, size_t len, int flags);
+static bool send_file(int fd, int file, off_t size);
+static void close_lingering(int fd);
+/* ---- end shared: blocking_decls ---- */
+
+static void serve_forever(void)
+{
+    struct redis rd = {.fd = -1};
+    while (!stop_requested) {
+        int fd = accept_client();
+        if (fd >= 0)
+            serve_connection(fd, &rd);
+    }
+    redis_free(&rd);
+}
+
+/* ===== Serving one connection, blocking: the same in 01-05 ===== */
+
+/* ---- shared: blocking_accept ---- */
+/* accept() that survives everything a client or the kernel can throw at it.
+ * Out of descriptors: pause and retry later, never exit. */
+static int accept_client(void)
+{
+    int fd = accept4(server.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+        struct timespec pause = {0, EMFILE_PAUSE_MS * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+    return fd;
+}
+/* ---- end shared: blocking_accept ---- */
+
+/* ---- shared: blocking_conn ---- */
+/* The whole life of one client: requests in order until either side is
+ * done. Blocks only on this client (and Redis), never on another. */
+static void serve_connection(int fd, struct redis *rd)
+{
+    struct conn c = {.fd = fd, .redis = rd, .buf = malloc(CONN_BUF_SIZE)};
+    set_timeout(fd, SO_SNDTIMEO, SEND_TIMEOUT_MS);
+    bool keep = c.buf != NULL;
+    while (keep) {
+        http_request_init(&c.req);
+        enum parse_result pr = read_request(&c);
+        if (pr == PARSE_ERROR) {
+            respond_error(&c, c.req.status, NULL);
+            close_lingering(fd);
+            fd = -1;
+        }
+        if (pr != PARSE_DONE)
+            break;
+        keep = handle_request(&c);
+        size_t used = request_size(&c.req); /* pipelined bytes move up */
+        memmove(c.buf, c.buf + used, c.len - used);
+        c.len -= used;
+        if (!keep && c.len > 0) { /* pipelined requests left unanswered: */
+            close_lingering(fd);  /* a plain close() would reset the reply */
+            fd = -1;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    free(c.buf);
+    sb_free(&c.out);
+    sb_free(&c.work);
+}
+
+/* Reads until c->buf holds one whole request (head and body), or the client
+ * is done, idle too long, or too slow. Returns PARSE_DONE, PARSE_ERROR (answer
+ * r->status, then close) or PARSE_AGAIN (just close). */
+static enum parse_result read_request(struct conn *c)
+{
+    int64_t deadline =
+        now_ms() + (c->len ? REQUEST_TIMEOUT_MS : IDLE_TIMEOUT_MS);
+    for (;;) {
+        enum parse_result pr = http_parse(&c->req, c->buf, c->len);
+        if (pr == PARSE_ERROR ||
+            (pr == PARSE_DONE && c->len >= request_size(&c->req)))
+            return pr;
+        if (!wait_readable(c->fd, deadline))
+            return PARSE_AGAIN;
+        ssize_t n = recv(c->fd, c->buf + c->len, CONN_BUF_SIZE - c->len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return PARSE_AGAIN;
+        if (c->len == 0) /* the first byte starts the request's clock */
+            deadline = now_ms() + REQUEST_TIMEOUT_MS;
+        c->len += (size_t)n;
+    }
+}
+
+/* Answers one complete request. False when the connection must close. */
+static bool handle_request(struct conn *c)
+{
+    char path[MAX_URI + sizeof "index.html"];
+    bool ok;
+    switch (route_request(&c->req, c->buf, path, sizeof path)) {
+    case ROUTE_STATIC: ok = serve_static(c, path, sizeof path); break;
+    case ROUTE_PAGE: ok = serve_guestbook(c); break;
+    case ROUTE_POST: ok = post_guestbook(c); break;
+    default: ok = respond_error(c, c->req.status, NULL); break;
+    }
+    return ok && c->req.keep_alive;
+}
+
+static bool serve_static(struct conn *c, char *path, size_t size)
+{
+    struct stat st;
+    int status, file = open_public(path, size, &st, &status);
+    if (file < 0 && status != 301)
+        return respond_error(c, status, NULL);
+    if (file < 0) {
+        char location[MAX_URI + 64];
+        slash_location(&c->req, c->buf, location, sizeof location);
+        return respond_error(c, status, location);
+    }
+    c->out.len = 0;
+    bool ok = format_head(&c->out, &c->req, 200, mime_type(path),
+                          (size_t)st.st_size, NULL) &&
+              send_response(c, 200, file, st.st_size);
+    close(file);
+    return ok;
+}
+
+/* GET: three Redis round trips, each awaited, then the page. */
+static bool serve_guestbook(struct conn *c)
+{
+    static const char *const lrange[] = {"LRANGE", "guestbook:remarks",
+                                         ("-" GUESTBOOK_SHOWN), "-1"};
+    static const char *const incr[] = {"INCR", "guestbook:visitors"};
+    static const char *const get[] = {"GET", "guestbook:visitors"};
+    struct redis *rd = c->redis;
+    long long visitors = 0;
+    c->work.len = c->out.len = 0;
+    if (!server.template)
+        return respond_error(c, 500, NULL);
+    if (!redis_command(rd, 4, lrange) || rd->reply.type != '*' ||
+        !render_remarks(&c->work, rd->in.data, &rd->reply) ||
+        !redis_command(rd, 2, incr) || !redis_command(rd, 2, get) ||
+        rd->reply.nitems != 1 ||
+        !parse_integer(rd->in.data + rd->reply.item[0].off,
+                       rd->in.data + rd->reply.item[0].off +
+                           rd->reply.item[0].len,
+                       &visitors))
+        return respond_error(c, 503, NULL);
+    struct strbuf page = {0};
+    bool ok = render_page(&page, &c->work, visitors) &&
+              format_head(&c->out, &c->req, 200, "text/html; charset=utf-8",
+                          page.len, NULL) &&
+              (c->req.method == METHOD_HEAD ||
+               sb_append(&c->out, page.data, page.len));
+    sb_free(&page);
+    return ok ? send_response(c, 200, -1, 0) : respond_error(c, 500, NULL);
+}
+
+/* POST: store the remark, then send the browser back to the page. */
+static bool post_guestbook(struct conn *c)
+{
+    char entry[MAX_NAME + MAX_REMARK + 32];
+    int status =
+        guest_entry(c->buf + c->req.body, (size_t)c->req.content_length, entry,
+                    sizeof entry);
+    const char *rpush[] = {"RPUSH", "guestbook:remarks", entry};
+    if (status == 0 &&
+        (!redis_command(c->redis, 3, rpush) || c->redis->reply.type != ':'))
+        status = 503;
+    return respond_error(c, status ? status : 303,
+                         status ? NULL : "Location: /guestbook\r\n");
+}
+
+static bool respond_error(struct conn *c, int status, const char *extra)
+{
+    c->out.len = 0;
+    return format_error(&c->out, &c->req, status, extra) &&
+           send_response(c, status, -1, 0);
+}
+
+/* Sends c->out, then the file if there is one (MSG_MORE lets the head and
+ * the file's first bytes share a packet). Counted before it leaves: a stop
+ * may print the summary while this client's worker is still running, and
+ * a response the client has seen must be in it. */
+static bool send_response(struct conn *c, int status, int file, off_t size)
+{
+    bool body = file >= 0 && size > 0 && c->req.method != METHOD_HEAD;
+    count_response(&c->req, c->buf, status,
+                   c->out.len + (body ? (size_t)size : 0));
+    bool ok = send_all(c->fd, c->out.data, c->out.len, body ? MSG_MORE : 0);
+    if (ok && body)
+        ok = send_file(c->fd, file, size);
+    return ok;
+}
+/* ---- end shared: blocking_conn ---- */
+
+/* ---- shared: blocking_redis ---- */
+/* A command and its reply. A kept connection may have died since its last
+ * use (Redis restarted): that shows as a close before any reply, so Redis
+ * never ran the command and one retry on a fresh connection is safe. */
+static bool redis_command(struct redis *rd, int argc, const char *const argv[])
+{
+    bool reused = rd->fd >= 0;
+    enum redis_outcome outcome = redis_try(rd, argc, argv);
+    if (outcome == REDIS_GONE && reused)
+        outcome = redis_try(rd, argc, argv);
+    return outcome == REDIS_OK;
+}
+
+/* One round trip: send a command, wait for its whole reply in rd->reply.
+ * REDIS_GONE: the peer had closed the connection before replying at all. On
+ * any failure but a clean error reply the connection is dropped. */
+static enum redis_outcome redis_try(struct redis *rd, int argc,
+                                    const char *const argv[])
+{
+    int64_t deadline = now_ms() + REDIS_TIMEOUT_MS;
+    rd->out.len = rd->in.len = 0;
+    rd->reply = (struct resp_reply){0};
+    if ((rd->fd < 0 && !redis_connect(rd)) ||
+        !resp_format(&rd->out, argc, argv))
+        return REDIS_FAILED;
+    enum redis_outcome fail = REDIS_GONE;
+    if (!send_all(rd->fd, rd->out.data, rd->out.len, 0))
+        goto fail;
+    for (;;) {
+        enum parse_result pr = resp_parse(&rd->reply, rd->in.data, rd->in.len);
+        if (pr == PARSE_DONE)
+            return rd->reply.type == '-' ? REDIS_FAILED : REDIS_OK;
+        fail = REDIS_FAILED;
+        if (pr == PARSE_ERROR || !sb_reserve(&rd->in, 16384) ||
+            !wait_readable(rd->fd, deadline))
+            goto fail;
+        ssize_t n =
+            recv(rd->fd, rd->in.data + rd->in.len, rd->in.cap - rd->in.len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (rd->in.len == 0 && (n == 0 || errno == ECONNRESET))
+                fail = REDIS_GONE;
+            goto fail;
+        }
+        rd->in.len += (size_t)n;
+    }
+fail:
+    redis_disconnect(rd);
+    return fail;
+}
+
+/* Connects with a bounded wait (non-blocking connect, then poll), so a
+ * Redis that is down costs a request about REDIS_TIMEOUT_MS at most. */
+static bool redis_connect(struct redis *rd)
+{
+    rd->fd = socket(server.redis_addr.ss_family,
+                    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (rd->fd < 0)
+        return false;
+    int err = 0, one = 1;
+    socklen_t errlen = sizeof err;
+    if (connect(rd->fd, (struct sockaddr *)&server.redis_addr,
+                server.redis_addr_len) < 0) {
+        struct pollfd p = {.fd = rd->fd, .events = POLLOUT};
+        if (errno != EINPROGRESS || poll(&p, 1, REDIS_TIMEOUT_MS) != 1 ||
+            getsockopt(rd->fd, SOL_SOCKET, SO_ERROR, &err, &errlen) < 0 ||
+            err != 0) {
+            redis_disconnect(rd);
+            return false;
+        }
+    }
+    setsockopt(rd->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    set_timeout(rd->fd, SO_SNDTIMEO, REDIS_TIMEOUT_MS);
+    if (fcntl(rd->fd, F_SETFL, 0) < 0) { /* blocking from here on */
+        redis_disconnect(rd);
+        return false;
+    }
+    return true;
+}
+
+static void redis_disconnect(struct redis *rd)
+{
+    if (rd->fd >= 0)
+        close(rd->fd);
+    rd->fd = -1;
+}
+
+static void redis_free(struct redis *rd)
+{
+    redis_disconnect(rd);
+    sb_free(&rd->out);
+    sb_free(&rd->in);
+}
+/* ---- end shared: blocking_redis ---- */
+
+/* ---- shared: blocking_io ---- */
+/* Waits until fd is readable or the deadline passes. A stop request (EINTR
+ * with the flag set) counts as a timeout: the caller closes. */
+static bool wait_readable(int fd, int64_t deadline)
+{
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0 || stop_requested)
+            return false;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int n = poll(&p, 1, (int)left);
+        if (n > 0)
+            return true;
+        if (n < 0 && errno != EINTR)
+            return false;
+    }
+}
+
+/* send() until done. SO_SNDTIMEO bounds each wait for a stalled reader. */
+static bool send_all(int fd, const char *data, size_t len, int flags)
+{
+    while (len > 0) {
+        ssize_t n = send(fd, data, len, flags | MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR && !stop_requested)
+            continue;
+        if (n <= 0)
+            return false;
+        data += n;
+        len -= (size_t)n;
+    }
+    return true;
+}
+
+static bool send_file(int fd, int file, off_t size)
+{
+    off_t offset = 0;
+    while (offset < size) {
+        ssize_t n = sendfile(fd, file, &offset, (size_t)(size - offset));
+        if (n < 0 && errno == EINTR && !stop_requested)
+            continue;
+        if (n <= 0)
+            return false; /* file shrank, or the peer went away */
+    }
+    return true;
+}
+
+static void set_timeout(int fd, int option, int ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = ms % 1000 * 1000};
+    setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv); /* best effort */
+}
+
+/* Closes after an error without losing the response: a close() with unread
+ * input makes the kernel send RST, which can destroy the reply in flight. So
+ * half-close, then read and drop what the client still sends, briefly. */
+static void close_lingering(int fd)
+{
+    char sink[4096];
+    size_t drained = 0;
+    int64_t deadline = now_ms() + LINGER_MS;
+    shutdown(fd, SHUT_WR);
+    while (drained < LINGER_MAX_BYTES && wait_readable(fd, deadline)) {
+        ssize_t n = recv(fd, sink, sizeof sink, 0);
+        if (n <= 0)
+            break;
+        drained += (size_t)n;
+    }
+    close(fd);
+}
+/* ---- end shared: blocking_io ---- */
+
+/* ===== main ===== */
+
+int main(int argc, char **argv)
+{
+    server_init(argc, argv);
+    set_timeout(server.listen_fd, SO_RCVTIMEO, ACCEPT_WAKE_MS);
+    serve_forever();
+    print_summary();
+    return 0;
+}
+
+/* ===== The app: identical in every server (make check-sync) ===== */
+
+/* ----- The app: small utilities ----- */
 
 /* ---- shared: util ---- */
 /* Start-up failures only: per-connection trouble never ends the server. */
@@ -276,7 +733,7 @@ static bool ieq(const char *a, size_t alen, const char *b)
 }
 /* ---- end shared: util ---- */
 
-/* ===== HTTP: parsing requests, building responses ===== */
+/* ----- The app: HTTP, parsing requests ----- */
 
 /* ---- shared: http_parser ---- */
 /* RFC 9110 token characters: what a method or header name may contain. */
@@ -500,6 +957,8 @@ static size_t request_size(const struct http_request *r)
 }
 /* ---- end shared: http_parser ---- */
 
+/* ----- The app: HTTP, building responses ----- */
+
 /* ---- shared: http_response ---- */
 static const char *reason_phrase(int status)
 {
@@ -596,7 +1055,7 @@ static void count_response(const struct http_request *r, const char *buf,
 }
 /* ---- end shared: http_response ---- */
 
-/* ===== Static files ===== */
+/* ----- The app: static files ----- */
 
 /* ---- shared: static_files ---- */
 static const char *mime_type(const char *path)
@@ -721,7 +1180,7 @@ static int open_public(char *path, size_t size, struct stat *st, int *status)
 }
 /* ---- end shared: static_files ---- */
 
-/* ===== Redis RESP client ===== */
+/* ----- The app: the Redis RESP client ----- */
 
 /* ---- shared: resp ---- */
 /* A command as a RESP array of bulk strings, each sent with its length. */
@@ -808,176 +1267,7 @@ static enum parse_result resp_parse(struct resp_reply *r, const char *buf,
 }
 /* ---- end shared: resp ---- */
 
-/* ---- shared: blocking_io ---- */
-/* Waits until fd is readable or the deadline passes. A stop request (EINTR
- * with the flag set) counts as a timeout: the caller closes. */
-static bool wait_readable(int fd, int64_t deadline)
-{
-    for (;;) {
-        int64_t left = deadline - now_ms();
-        if (left <= 0 || stop_requested)
-            return false;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int n = poll(&p, 1, (int)left);
-        if (n > 0)
-            return true;
-        if (n < 0 && errno != EINTR)
-            return false;
-    }
-}
-
-/* send() until done. SO_SNDTIMEO bounds each wait for a stalled reader. */
-static bool send_all(int fd, const char *data, size_t len, int flags)
-{
-    while (len > 0) {
-        ssize_t n = send(fd, data, len, flags | MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR && !stop_requested)
-            continue;
-        if (n <= 0)
-            return false;
-        data += n;
-        len -= (size_t)n;
-    }
-    return true;
-}
-
-static bool send_file(int fd, int file, off_t size)
-{
-    off_t offset = 0;
-    while (offset < size) {
-        ssize_t n = sendfile(fd, file, &offset, (size_t)(size - offset));
-        if (n < 0 && errno == EINTR && !stop_requested)
-            continue;
-        if (n <= 0)
-            return false; /* file shrank, or the peer went away */
-    }
-    return true;
-}
-
-static void set_timeout(int fd, int option, int ms)
-{
-    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = ms % 1000 * 1000};
-    setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv); /* best effort */
-}
-
-/* Closes after an error without losing the response: a close() with unread
- * input makes the kernel send RST, which can destroy the reply in flight. So
- * half-close, then read and drop what the client still sends, briefly. */
-static void close_lingering(int fd)
-{
-    char sink[4096];
-    size_t drained = 0;
-    int64_t deadline = now_ms() + LINGER_MS;
-    shutdown(fd, SHUT_WR);
-    while (drained < LINGER_MAX_BYTES && wait_readable(fd, deadline)) {
-        ssize_t n = recv(fd, sink, sizeof sink, 0);
-        if (n <= 0)
-            break;
-        drained += (size_t)n;
-    }
-    close(fd);
-}
-/* ---- end shared: blocking_io ---- */
-
-/* ---- shared: blocking_redis ---- */
-static void redis_disconnect(struct redis *rd)
-{
-    if (rd->fd >= 0)
-        close(rd->fd);
-    rd->fd = -1;
-}
-
-/* Connects with a bounded wait (non-blocking connect, then poll), so a
- * Redis that is down costs a request about REDIS_TIMEOUT_MS at most. */
-static bool redis_connect(struct redis *rd)
-{
-    rd->fd = socket(server.redis_addr.ss_family,
-                    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (rd->fd < 0)
-        return false;
-    int err = 0, one = 1;
-    socklen_t errlen = sizeof err;
-    if (connect(rd->fd, (struct sockaddr *)&server.redis_addr,
-                server.redis_addr_len) < 0) {
-        struct pollfd p = {.fd = rd->fd, .events = POLLOUT};
-        if (errno != EINPROGRESS || poll(&p, 1, REDIS_TIMEOUT_MS) != 1 ||
-            getsockopt(rd->fd, SOL_SOCKET, SO_ERROR, &err, &errlen) < 0 ||
-            err != 0) {
-            redis_disconnect(rd);
-            return false;
-        }
-    }
-    setsockopt(rd->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    set_timeout(rd->fd, SO_SNDTIMEO, REDIS_TIMEOUT_MS);
-    if (fcntl(rd->fd, F_SETFL, 0) < 0) { /* blocking from here on */
-        redis_disconnect(rd);
-        return false;
-    }
-    return true;
-}
-
-enum redis_outcome { REDIS_OK, REDIS_FAILED, REDIS_GONE };
-
-/* One round trip: send a command, wait for its whole reply in rd->reply.
- * REDIS_GONE: the peer had closed the connection before replying at all. On
- * any failure but a clean error reply the connection is dropped. */
-static enum redis_outcome redis_try(struct redis *rd, int argc,
-                                    const char *const argv[])
-{
-    int64_t deadline = now_ms() + REDIS_TIMEOUT_MS;
-    rd->out.len = rd->in.len = 0;
-    rd->reply = (struct resp_reply){0};
-    if ((rd->fd < 0 && !redis_connect(rd)) ||
-        !resp_format(&rd->out, argc, argv))
-        return REDIS_FAILED;
-    enum redis_outcome fail = REDIS_GONE;
-    if (!send_all(rd->fd, rd->out.data, rd->out.len, 0))
-        goto fail;
-    for (;;) {
-        enum parse_result pr = resp_parse(&rd->reply, rd->in.data, rd->in.len);
-        if (pr == PARSE_DONE)
-            return rd->reply.type == '-' ? REDIS_FAILED : REDIS_OK;
-        fail = REDIS_FAILED;
-        if (pr == PARSE_ERROR || !sb_reserve(&rd->in, 16384) ||
-            !wait_readable(rd->fd, deadline))
-            goto fail;
-        ssize_t n =
-            recv(rd->fd, rd->in.data + rd->in.len, rd->in.cap - rd->in.len, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            if (rd->in.len == 0 && (n == 0 || errno == ECONNRESET))
-                fail = REDIS_GONE;
-            goto fail;
-        }
-        rd->in.len += (size_t)n;
-    }
-fail:
-    redis_disconnect(rd);
-    return fail;
-}
-
-/* A command and its reply. A kept connection may have died since its last
- * use (Redis restarted): that shows as a close before any reply, so Redis
- * never ran the command and one retry on a fresh connection is safe. */
-static bool redis_command(struct redis *rd, int argc, const char *const argv[])
-{
-    bool reused = rd->fd >= 0;
-    enum redis_outcome outcome = redis_try(rd, argc, argv);
-    if (outcome == REDIS_GONE && reused)
-        outcome = redis_try(rd, argc, argv);
-    return outcome == REDIS_OK;
-}
-
-static void redis_free(struct redis *rd)
-{
-    redis_disconnect(rd);
-    sb_free(&rd->out);
-    sb_free(&rd->in);
-}
-/* ---- end shared: blocking_redis ---- */
-
-/* ===== Guestbook rendering ===== */
+/* ----- The app: the guestbook page ----- */
 
 /* ---- shared: guestbook ---- */
 static bool html_escape(struct strbuf *out, const char *s, size_t len)
@@ -1113,6 +1403,8 @@ static bool render_page(struct strbuf *out, const struct strbuf *remarks,
 }
 /* ---- end shared: guestbook ---- */
 
+/* ----- The app: routing a request ----- */
+
 /* ---- shared: route ---- */
 /* Decides what a parsed request is for. The path is decoded into `path`;
  * ROUTE_ERROR leaves the status in r->status. */
@@ -1140,168 +1432,7 @@ static enum route route_request(struct http_request *r, const char *buf,
 }
 /* ---- end shared: route ---- */
 
-/* ===== The concurrency model: serving a connection, blocking ===== */
-
-/* ---- shared: blocking_conn ---- */
-/* Reads until c->buf holds one whole request (head and body), or the client
- * is done, idle too long, or too slow. Returns PARSE_DONE, PARSE_ERROR (answer
- * r->status, then close) or PARSE_AGAIN (just close). */
-static enum parse_result read_request(struct conn *c)
-{
-    int64_t deadline =
-        now_ms() + (c->len ? REQUEST_TIMEOUT_MS : IDLE_TIMEOUT_MS);
-    for (;;) {
-        enum parse_result pr = http_parse(&c->req, c->buf, c->len);
-        if (pr == PARSE_ERROR ||
-            (pr == PARSE_DONE && c->len >= request_size(&c->req)))
-            return pr;
-        if (!wait_readable(c->fd, deadline))
-            return PARSE_AGAIN;
-        ssize_t n = recv(c->fd, c->buf + c->len, CONN_BUF_SIZE - c->len, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return PARSE_AGAIN;
-        if (c->len == 0) /* the first byte starts the request's clock */
-            deadline = now_ms() + REQUEST_TIMEOUT_MS;
-        c->len += (size_t)n;
-    }
-}
-
-/* Sends c->out, then the file if there is one (MSG_MORE lets the head and
- * the file's first bytes share a packet). Counted before it leaves: a stop
- * may print the summary while this client's worker is still running, and
- * a response the client has seen must be in it. */
-static bool send_response(struct conn *c, int status, int file, off_t size)
-{
-    bool body = file >= 0 && size > 0 && c->req.method != METHOD_HEAD;
-    count_response(&c->req, c->buf, status,
-                   c->out.len + (body ? (size_t)size : 0));
-    bool ok = send_all(c->fd, c->out.data, c->out.len, body ? MSG_MORE : 0);
-    if (ok && body)
-        ok = send_file(c->fd, file, size);
-    return ok;
-}
-
-static bool respond_error(struct conn *c, int status, const char *extra)
-{
-    c->out.len = 0;
-    return format_error(&c->out, &c->req, status, extra) &&
-           send_response(c, status, -1, 0);
-}
-
-static bool serve_static(struct conn *c, char *path, size_t size)
-{
-    struct stat st;
-    int status, file = open_public(path, size, &st, &status);
-    if (file < 0 && status != 301)
-        return respond_error(c, status, NULL);
-    if (file < 0) {
-        char location[MAX_URI + 64];
-        slash_location(&c->req, c->buf, location, sizeof location);
-        return respond_error(c, status, location);
-    }
-    c->out.len = 0;
-    bool ok = format_head(&c->out, &c->req, 200, mime_type(path),
-                          (size_t)st.st_size, NULL) &&
-              send_response(c, 200, file, st.st_size);
-    close(file);
-    return ok;
-}
-
-/* GET: three Redis round trips, each awaited, then the page. */
-static bool serve_guestbook(struct conn *c)
-{
-    static const char *const lrange[] = {"LRANGE", "guestbook:remarks",
-                                         ("-" GUESTBOOK_SHOWN), "-1"};
-    static const char *const incr[] = {"INCR", "guestbook:visitors"};
-    static const char *const get[] = {"GET", "guestbook:visitors"};
-    struct redis *rd = c->redis;
-    long long visitors = 0;
-    c->work.len = c->out.len = 0;
-    if (!server.template)
-        return respond_error(c, 500, NULL);
-    if (!redis_command(rd, 4, lrange) || rd->reply.type != '*' ||
-        !render_remarks(&c->work, rd->in.data, &rd->reply) ||
-        !redis_command(rd, 2, incr) || !redis_command(rd, 2, get) ||
-        rd->reply.nitems != 1 ||
-        !parse_integer(rd->in.data + rd->reply.item[0].off,
-                       rd->in.data + rd->reply.item[0].off +
-                           rd->reply.item[0].len,
-                       &visitors))
-        return respond_error(c, 503, NULL);
-    struct strbuf page = {0};
-    bool ok = render_page(&page, &c->work, visitors) &&
-              format_head(&c->out, &c->req, 200, "text/html; charset=utf-8",
-                          page.len, NULL) &&
-              (c->req.method == METHOD_HEAD ||
-               sb_append(&c->out, page.data, page.len));
-    sb_free(&page);
-    return ok ? send_response(c, 200, -1, 0) : respond_error(c, 500, NULL);
-}
-
-/* POST: store the remark, then send the browser back to the page. */
-static bool post_guestbook(struct conn *c)
-{
-    char entry[MAX_NAME + MAX_REMARK + 32];
-    int status =
-        guest_entry(c->buf + c->req.body, (size_t)c->req.content_length, entry,
-                    sizeof entry);
-    const char *rpush[] = {"RPUSH", "guestbook:remarks", entry};
-    if (status == 0 &&
-        (!redis_command(c->redis, 3, rpush) || c->redis->reply.type != ':'))
-        status = 503;
-    return respond_error(c, status ? status : 303,
-                         status ? NULL : "Location: /guestbook\r\n");
-}
-
-/* Answers one complete request. False when the connection must close. */
-static bool handle_request(struct conn *c)
-{
-    char path[MAX_URI + sizeof "index.html"];
-    bool ok;
-    switch (route_request(&c->req, c->buf, path, sizeof path)) {
-    case ROUTE_STATIC: ok = serve_static(c, path, sizeof path); break;
-    case ROUTE_PAGE: ok = serve_guestbook(c); break;
-    case ROUTE_POST: ok = post_guestbook(c); break;
-    default: ok = respond_error(c, c->req.status, NULL); break;
-    }
-    return ok && c->req.keep_alive;
-}
-
-/* The whole life of one client: requests in order until either side is
- * done. Blocks only on this client (and Redis), never on another. */
-static void serve_connection(int fd, struct redis *rd)
-{
-    struct conn c = {.fd = fd, .redis = rd, .buf = malloc(CONN_BUF_SIZE)};
-    set_timeout(fd, SO_SNDTIMEO, SEND_TIMEOUT_MS);
-    bool keep = c.buf != NULL;
-    while (keep) {
-        http_request_init(&c.req);
-        enum parse_result pr = read_request(&c);
-        if (pr == PARSE_ERROR) {
-            respond_error(&c, c.req.status, NULL);
-            close_lingering(fd);
-            fd = -1;
-        }
-        if (pr != PARSE_DONE)
-            break;
-        keep = handle_request(&c);
-        size_t used = request_size(&c.req); /* pipelined bytes move up */
-        memmove(c.buf, c.buf + used, c.len - used);
-        c.len -= used;
-        if (!keep && c.len > 0) { /* pipelined requests left unanswered: */
-            close_lingering(fd);  /* a plain close() would reset the reply */
-            fd = -1;
-        }
-    }
-    if (fd >= 0)
-        close(fd);
-    free(c.buf);
-    sb_free(&c.out);
-    sb_free(&c.work);
-}
-/* ---- end shared: blocking_conn ---- */
+/* ----- The app: start-up and shutdown ----- */
 
 /* ---- shared: startup ---- */
 static void on_stop_signal(int sig)
@@ -1439,40 +1570,3 @@ static void print_summary(void)
     fflush(stdout);
 }
 /* ---- end shared: startup ---- */
-
-/* ---- shared: blocking_accept ---- */
-/* accept() that survives everything a client or the kernel can throw at it.
- * Out of descriptors: pause and retry later, never exit. */
-static int accept_client(void)
-{
-    int fd = accept4(server.listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
-        struct timespec pause = {0, EMFILE_PAUSE_MS * 1000000L};
-        nanosleep(&pause, NULL);
-    }
-    return fd;
-}
-/* ---- end shared: blocking_accept ---- */
-
-/* The model: accept, serve, close, repeat. One Redis connection, kept. */
-static void serve_forever(void)
-{
-    struct redis rd = {.fd = -1};
-    while (!stop_requested) {
-        int fd = accept_client();
-        if (fd >= 0)
-            serve_connection(fd, &rd);
-    }
-    redis_free(&rd);
-}
-
-/* ===== main ===== */
-
-int main(int argc, char **argv)
-{
-    server_init(argc, argv);
-    set_timeout(server.listen_fd, SO_RCVTIMEO, ACCEPT_WAKE_MS);
-    serve_forever();
-    print_summary();
-    return 0;
-}

@@ -303,789 +303,60 @@ static struct server server;
 static struct loop loop;
 static volatile sig_atomic_t stop_requested; /* set by SIGINT/SIGTERM */
 
-/* ===== Small utilities ===== */
+/* ===== What the model uses from the app below ===== */
 
-/* ---- shared: util ---- */
-/* Start-up failures only: per-connection trouble never ends the server. */
-static void die(const char *what)
-{
-    fprintf(stderr, "%s: %s: %s\n", SERVER_NAME, what, strerror(errno));
-    exit(1);
-}
+/* ---- shared: app_api ---- */
+/* The app every model serves: defined after main(), identical in all eight
+ * files. This is all of it that a model calls. */
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+/* Start-up (arguments, signals, public/, the template, the listener) and the
+ * summary printed at the stop. */
+static void server_init(int argc, char **argv);
+static int env_number(const char *var, int fallback, int min, int max);
+static void print_summary(void);
+static void die(const char *what);
 
-static bool sb_reserve(struct strbuf *b, size_t extra)
-{
-    if (b->len + extra <= b->cap)
-        return true;
-    if (b->len + extra > STRBUF_MAX)
-        return false;
-    size_t cap = b->cap ? b->cap : 1024;
-    while (cap < b->len + extra)
-        cap *= 2;
-    char *data = realloc(b->data, cap);
-    if (!data)
-        return false;
-    b->data = data;
-    b->cap = cap;
-    return true;
-}
-
-static bool sb_append(struct strbuf *b, const void *data, size_t n)
-{
-    if (n == 0) /* data may be NULL: an empty strbuf never allocated */
-        return true;
-    if (!sb_reserve(b, n))
-        return false;
-    memcpy(b->data + b->len, data, n);
-    b->len += n;
-    return true;
-}
-
-static bool sb_puts(struct strbuf *b, const char *s)
-{
-    return sb_append(b, s, strlen(s));
-}
-
-__attribute__((format(printf, 2, 3))) static bool
-sb_printf(struct strbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    size_t room = b->cap - b->len;
-    va_start(ap, fmt); /* into the room there is; again only if too small */
-    int n = vsnprintf(room ? b->data + b->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return false;
-    if ((size_t)n >= room) {
-        if (!sb_reserve(b, (size_t)n + 1))
-            return false;
-        va_start(ap, fmt);
-        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-        va_end(ap);
-    }
-    b->len += (size_t)n;
-    return true;
-}
-
-static void sb_free(struct strbuf *b)
-{
-    free(b->data);
-    *b = (struct strbuf){0};
-}
-
-/* Does the counted string a equal b: exactly, or ignoring case. */
-static bool eq(const char *a, size_t alen, const char *b)
-{
-    return alen == strlen(b) && memcmp(a, b, alen) == 0;
-}
-
-static bool ieq(const char *a, size_t alen, const char *b)
-{
-    return alen == strlen(b) && strncasecmp(a, b, alen) == 0;
-}
-/* ---- end shared: util ---- */
-
-/* ===== HTTP: parsing requests, building responses ===== */
-
-/* ---- shared: http_parser ---- */
-/* RFC 9110 token characters: what a method or header name may contain. */
-static bool is_tchar(unsigned char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
-}
-
-static enum parse_result parse_fail(struct http_request *r, int status)
-{
-    r->status = status;
-    r->keep_alive = false;
-    return PARSE_ERROR;
-}
-
-static int parse_method(struct http_request *r, const char *m, size_t len)
-{
-    if (len == 0)
-        return 400;
-    r->method = eq(m, len, "GET")    ? METHOD_GET
-                : eq(m, len, "HEAD") ? METHOD_HEAD
-                : eq(m, len, "POST")
-                    ? METHOD_POST
-                    : METHOD_OTHER; /* methods are case-sensitive */
-    return 0;
-}
-
-/* "HTTP/1.0" and "HTTP/1.1" are served; other well-formed versions get 505. */
-static int parse_version(struct http_request *r, const char *v, size_t len)
-{
-    if (len != 8 || memcmp(v, "HTTP/", 5) != 0 || v[6] != '.' || v[5] < '0' ||
-        v[5] > '9' || v[7] < '0' || v[7] > '9')
-        return 400;
-    if (v[5] != '1' || (v[7] != '0' && v[7] != '1'))
-        return 505;
-    r->minor = v[7] - '0';
-    return 0;
-}
-
-/* Content-Length: digits only, once; anything else is a smuggling risk. */
-static int parse_length(struct http_request *r, const char *v, size_t len)
-{
-    if (r->content_length >= 0 || len == 0 || len > 9)
-        return 400;
-    long long n = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (v[i] < '0' || v[i] > '9')
-            return 400;
-        n = n * 10 + (v[i] - '0');
-    }
-    r->content_length = n;
-    return 0;
-}
-
-/* Connection: a comma-separated list; we care about two tokens. */
-static void parse_connection(struct http_request *r, const char *v, size_t len)
-{
-    size_t i = 0;
-    while (i < len) {
-        while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
-            i++;
-        size_t start = i;
-        while (i < len && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
-            i++;
-        if (ieq(v + start, i - start, "close"))
-            r->close = true;
-        else if (ieq(v + start, i - start, "keep-alive"))
-            r->keep_alive_asked = true;
-    }
-}
-
-/* One complete header line: trim the value and note what we need. */
-static int header_done(struct http_request *r, const char *buf)
-{
-    const char *name = buf + r->name, *v = buf + r->tok;
-    size_t len = r->value_end - r->tok;
-    while (len && (*v == ' ' || *v == '\t'))
-        v++, len--;
-    while (len && (v[len - 1] == ' ' || v[len - 1] == '\t'))
-        len--;
-    if (ieq(name, r->name_len, "Content-Length"))
-        return parse_length(r, v, len);
-    if (ieq(name, r->name_len, "Transfer-Encoding"))
-        return 501; /* no chunked bodies: refuse rather than misframe */
-    if (ieq(name, r->name_len, "Connection"))
-        parse_connection(r, v, len);
-    if (ieq(name, r->name_len, "Host")) {
-        if (r->has_host)
-            return 400;
-        r->has_host = true;
-    }
-    if (ieq(name, r->name_len, "Content-Type")) {
-        static const char form[] = "application/x-www-form-urlencoded";
-        size_t n = sizeof form - 1;
-        r->form_type = len >= n && strncasecmp(v, form, n) == 0 &&
-                       (len == n || v[n] == ';' || v[n] == ' ');
-    }
-    return 0;
-}
-
-/* The head is complete: the checks that need all of it. */
-static enum parse_result head_done(struct http_request *r)
-{
-    if (r->minor == 1 && !r->has_host)
-        return parse_fail(r, 400);
-    if (r->method == METHOD_POST && r->content_length < 0)
-        return parse_fail(r, 411);
-    if (r->content_length > MAX_BODY)
-        return parse_fail(r, 413);
-    r->keep_alive =
-        KEEP_ALIVE && !r->close && (r->minor == 1 || r->keep_alive_asked);
-    r->state = S_DONE;
-    return PARSE_DONE;
-}
-
-/* Resumable request-head parser (the shape of nginx's and sehttpd's): it
- * consumes buf[r->pos..len), saves its state and position, and returns
- * PARSE_AGAIN to be called again with more bytes. PARSE_DONE leaves r->body
- * at the first body byte; PARSE_ERROR leaves the status in r->status. */
+/* A request: the resumable parser over the connection's buffer, its size,
+ * and what it is for (a file, the guestbook page or form, an error). */
+static void http_request_init(struct http_request *r);
 static enum parse_result http_parse(struct http_request *r, const char *buf,
-                                    size_t len)
-{
-    if (r->state == S_DONE)
-        return PARSE_DONE; /* called again while the body arrives */
-    for (; r->pos < len; r->pos++) {
-        unsigned char c = (unsigned char)buf[r->pos];
-        size_t n = r->pos - r->tok; /* length of the token so far */
-        int status = 0;
-        if (r->pos >= MAX_HEAD)
-            return parse_fail(r, r->state == S_URI ? 414 : 431);
-        switch (r->state) {
-        case S_METHOD:
-            if ((c == '\r' || c == '\n') && n == 0)
-                r->tok = r->pos + 1; /* stray blank line before a request */
-            else if (c == ' ') {
-                status = parse_method(r, buf + r->tok, n);
-                r->state = S_URI;
-                r->tok = r->pos + 1;
-            } else if (!is_tchar(c) || n >= MAX_METHOD)
-                status = 400;
-            break;
-        case S_URI:
-            if (c == ' ' && n > 0) {
-                r->uri = r->tok;
-                r->uri_len = n;
-                r->state = S_VERSION;
-                r->tok = r->pos + 1;
-            } else if (c <= ' ' || c == 0x7f)
-                status = 400;
-            else if (n >= MAX_URI)
-                status = 414;
-            break;
-        case S_VERSION:
-            if (c == '\r' || c == '\n') {
-                status = parse_version(r, buf + r->tok, n);
-                r->state = c == '\r' ? S_REQUEST_LF : S_HEADER;
-            } else if (n >= 8)
-                status = 400;
-            break;
-        case S_REQUEST_LF:
-        case S_HEADER_LF:
-            if (c != '\n')
-                status = 400;
-            else if (r->state == S_HEADER_LF)
-                status = header_done(r, buf);
-            r->state = S_HEADER;
-            break;
-        case S_HEADER:
-            r->tok = r->pos;
-            if (c == '\r')
-                r->state = S_BLANK_LF;
-            else if (c == '\n') {
-                r->body = ++r->pos;
-                return head_done(r);
-            } else if (is_tchar(c))
-                r->state = S_NAME;
-            else
-                status = 400; /* includes obsolete line folding */
-            break;
-        case S_NAME:
-            if (c == ':' && n > 0) {
-                r->name = r->tok;
-                r->name_len = n;
-                r->tok = r->pos + 1;
-                r->state = S_VALUE;
-            } else if (!is_tchar(c))
-                status = 400;
-            break;
-        case S_VALUE:
-            if (c == '\r' || c == '\n') {
-                r->value_end = r->pos;
-                if (c == '\n')
-                    status = header_done(r, buf);
-                r->state = c == '\r' ? S_HEADER_LF : S_HEADER;
-            } else if ((c < ' ' && c != '\t') || c == 0x7f)
-                status = 400;
-            break;
-        case S_BLANK_LF:
-            if (c != '\n')
-                return parse_fail(r, 400);
-            r->body = ++r->pos;
-            return head_done(r);
-        case S_DONE: break; /* returned above, before the loop */
-        }
-        if (status)
-            return parse_fail(r, status);
-    }
-    return PARSE_AGAIN;
-}
+                                    size_t len);
+static size_t request_size(const struct http_request *r);
+static enum route route_request(struct http_request *r, const char *buf,
+                                char *path, size_t size);
 
-static void http_request_init(struct http_request *r)
-{
-    *r = (struct http_request){.content_length = -1, .minor = 1};
-}
-
-/* Bytes the whole request (head and body) occupies in the buffer. */
-static size_t request_size(const struct http_request *r)
-{
-    return r->body + (size_t)(r->content_length > 0 ? r->content_length : 0);
-}
-/* ---- end shared: http_parser ---- */
-
-/* ---- shared: http_response ---- */
-static const char *reason_phrase(int status)
-{
-    switch (status) {
-    case 200: return "OK";
-    case 301: return "Moved Permanently";
-    case 303: return "See Other";
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 431: return "Request Header Fields Too Large";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Internal Server Error";
-    }
-}
-
-/* Status line and headers. `Connection` where it differs from the version's
- * default (HTTP/1.1 keeps, HTTP/1.0 closes) or refuses what the client asked.
- */
+/* A response: the head, a whole error page or redirect, the count. */
 static bool format_head(struct strbuf *out, const struct http_request *r,
                         int status, const char *type, size_t length,
-                        const char *extra)
-{
-    char date[64];
-    struct tm tm;
-    time_t t = time(NULL);
-    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&t, &tm));
-    const char *conn = "";
-    if (!r->keep_alive && (r->minor == 1 || r->keep_alive_asked))
-        conn = "Connection: close\r\n";
-    else if (r->minor == 0 && r->keep_alive)
-        conn = "Connection: keep-alive\r\n";
-    return sb_printf(out,
-                     "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: zerohttpd/%s\r\n"
-                     "Content-Length: %zu\r\nContent-Type: %s\r\n%s%s\r\n",
-                     status, reason_phrase(status), date, SERVER_NAME, length,
-                     type, conn, extra ? extra : "");
-}
-
-/* A complete small response with an HTML body: errors and redirects. */
+                        const char *extra);
 static bool format_error(struct strbuf *out, const struct http_request *r,
-                         int status, const char *extra)
-{
-    char body[256];
-    int n =
-        snprintf(body, sizeof body,
-                 "<!DOCTYPE html>\n<html><head><title>%d %s</title></head>"
-                 "<body><h1>%d %s</h1></body></html>\n",
-                 status, reason_phrase(status), status, reason_phrase(status));
-    if (n < 0 || (size_t)n >= sizeof body)
-        return false;
-    if (status == 405 && !extra)
-        extra = "Allow: GET, HEAD\r\n";
-    return format_head(out, r, status, "text/html; charset=utf-8", (size_t)n,
-                       extra) &&
-           (r->method == METHOD_HEAD || sb_append(out, body, (size_t)n));
-}
-
-/* The Location that sends a directory named without its slash to the same
- * target with one: the raw path (query dropped), plus "/". */
+                         int status, const char *extra);
 static void slash_location(const struct http_request *r, const char *buf,
-                           char *out, size_t size)
-{
-    const char *uri = buf + r->uri;
-    const char *query = memchr(uri, '?', r->uri_len);
-    int len = (int)(query ? (size_t)(query - uri) : r->uri_len);
-    int n = snprintf(out, size, "Location: %.*s/\r\n", len, uri);
-    if (n < 0 || (size_t)n >= size)
-        out[0] = '\0';
-}
-
-/* Every answered request passes here once: counters, then the access log. */
+                           char *out, size_t size);
 static void count_response(const struct http_request *r, const char *buf,
-                           int status, size_t bytes)
-{
-    __atomic_fetch_add(&server.stats->served, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&server.stats->by_class[status / 100 % STATUS_CLASSES],
-                       1, __ATOMIC_RELAXED);
-    if (server.log)
-        fprintf(stderr, "%s %.*s %d %zu\n",
-                r->method == METHOD_GET    ? "GET"
-                : r->method == METHOD_HEAD ? "HEAD"
-                : r->method == METHOD_POST ? "POST"
-                                           : "-",
-                (int)r->uri_len, buf + r->uri, status, bytes);
-}
-/* ---- end shared: http_response ---- */
+                           int status, size_t bytes);
 
-/* ===== Static files ===== */
+/* A static file beneath public/, and its type. */
+static int open_public(char *path, size_t size, struct stat *st, int *status);
+static const char *mime_type(const char *path);
 
-/* ---- shared: static_files ---- */
-static const char *mime_type(const char *path)
-{
-    static const char *const table[][2] = {
-        {"html", "text/html; charset=utf-8"},
-        {"htm", "text/html; charset=utf-8"},
-        {"css", "text/css; charset=utf-8"},
-        {"js", "text/javascript; charset=utf-8"},
-        {"json", "application/json"},
-        {"txt", "text/plain; charset=utf-8"},
-        {"png", "image/png"},
-        {"jpg", "image/jpeg"},
-        {"jpeg", "image/jpeg"},
-        {"gif", "image/gif"},
-        {"svg", "image/svg+xml"},
-        {"ico", "image/x-icon"},
-        {"webp", "image/webp"},
-        {"woff2", "font/woff2"},
-        {"pdf", "application/pdf"},
-    };
-    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
-    if (dot && (!slash || dot > slash))
-        for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-            if (strcasecmp(dot + 1, table[i][0]) == 0)
-                return table[i][1];
-    return "application/octet-stream";
-}
-
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* Percent-decodes in[0..len) into out (NUL-terminated). Returns the decoded
- * length, -1 for a bad escape or a NUL byte, -2 if it does not fit in size. */
-static long url_decode(const char *in, size_t len, char *out, size_t size,
-                       bool plus_is_space)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < len; i++) {
-        char c = in[i];
-        if (c == '%') {
-            int hi = i + 2 < len ? hex_value(in[i + 1]) : -1;
-            int lo = hi >= 0 ? hex_value(in[i + 2]) : -1;
-            if (lo < 0)
-                return -1;
-            c = (char)(hi * 16 + lo);
-            i += 2;
-        } else if (c == '+' && plus_is_space)
-            c = ' ';
-        if (c == '\0')
-            return -1;
-        if (n + 1 >= size)
-            return -2;
-        out[n++] = c;
-    }
-    out[n] = '\0';
-    return (long)n;
-}
-
-/* Decodes the request target's path once and refuses what could escape
- * public/ lexically: `..` segments, backslashes, control bytes. Symlinks are
- * openat2's job. Returns 0 or an HTTP status. */
-static int decode_path(const char *uri, size_t len, char *path, size_t size)
-{
-    const char *query = memchr(uri, '?', len);
-    if (query)
-        len = (size_t)(query - uri);
-    if (len == 0 || uri[0] != '/')
-        return 400;
-    long n = url_decode(uri, len, path, size, false);
-    if (n < 0)
-        return n == -2 ? 414 : 400;
-    for (long i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)path[i];
-        if (c < ' ' || c == 0x7f || c == '\\')
-            return 400;
-        if (c == '/' && path[i + 1] == '.' && path[i + 2] == '.' &&
-            (path[i + 3] == '/' || path[i + 3] == '\0'))
-            return 400;
-    }
-    return 0;
-}
-
-/* Opens a file beneath public/ for reading: the kernel refuses any path,
- * symlink included, that would leave the directory. Returns the fd, or -1
- * with *status set (301 for a directory named without its slash). */
-static int open_public(char *path, size_t size, struct stat *st, int *status)
-{
-    size_t len = strlen(path);
-    if (path[len - 1] == '/') {
-        if (len + sizeof "index.html" > size) {
-            *status = 414;
-            return -1;
-        }
-        memcpy(path + len, "index.html", sizeof "index.html");
-    }
-    /* O_NONBLOCK: a FIFO dropped into public/ must not hang the open. */
-    struct open_how how = {.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK,
-                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
-    int fd =
-        (int)syscall(SYS_openat2, server.public_fd, path + 1, &how, sizeof how);
-    if (fd < 0) {
-        *status = errno == EACCES                      ? 403
-                  : errno == EMFILE || errno == ENFILE ? 503
-                                                       : 404;
-        return -1;
-    }
-    bool known = fstat(fd, st) == 0;
-    if (known && S_ISREG(st->st_mode))
-        return fd;
-    *status = known && S_ISDIR(st->st_mode) ? 301 : 404;
-    close(fd);
-    return -1;
-}
-/* ---- end shared: static_files ---- */
-
-/* ===== Redis RESP client ===== */
-
-/* ---- shared: resp ---- */
-/* A command as a RESP array of bulk strings, each sent with its length. */
-static bool resp_format(struct strbuf *out, int argc, const char *const argv[])
-{
-    if (!sb_printf(out, "*%d\r\n", argc))
-        return false;
-    for (int i = 0; i < argc; i++) {
-        size_t n = strlen(argv[i]);
-        if (!sb_printf(out, "$%zu\r\n", n) || !sb_append(out, argv[i], n) ||
-            !sb_append(out, "\r\n", 2))
-            return false;
-    }
-    return true;
-}
-
-static bool parse_integer(const char *s, const char *end, long long *out)
-{
-    bool neg = s < end && *s == '-';
-    s += neg;
-    if (s == end || end - s > 18)
-        return false;
-    long long n = 0;
-    for (; s < end; s++) {
-        if (*s < '0' || *s > '9')
-            return false;
-        n = n * 10 + (*s - '0');
-    }
-    *out = neg ? -n : n;
-    return true;
-}
-
-/* Frames one RESP2 reply in buf[0..len), resumably: it advances r->pos over
- * whole elements only, so a reply arriving in pieces is never parsed twice
- * past its last complete element. Strings (simple, error, bulk) are recorded
- * in r->item in order; r->pos is the reply's size when PARSE_DONE. */
+/* The guestbook: Redis commands out and replies in (RESP), the page. */
+static bool resp_format(struct strbuf *out, int argc, const char *const argv[]);
 static enum parse_result resp_parse(struct resp_reply *r, const char *buf,
-                                    size_t len)
-{
-    while (r->pos < len) {
-        const char *line = buf + r->pos;
-        const char *crlf = memmem(line, len - r->pos, "\r\n", 2);
-        bool text = line[0] == '+' || line[0] == '-'; /* any length */
-        if (!crlf)
-            return len - r->pos > RESP_MAX_LINE && !text ? PARSE_ERROR
-                                                         : PARSE_AGAIN;
-        size_t head = (size_t)(crlf - line) + 2, size = head;
-        long long n = 0;
-        char type = line[0];
-        if (strchr(":$*", type) && !parse_integer(line + 1, crlf, &n))
-            return PARSE_ERROR;
-        if (!type || !strchr("+-:$*", type) || (type != ':' && n > STRBUF_MAX))
-            return PARSE_ERROR; /* a length no reply of ours can have */
-        if (type == '$' && n >= 0) {
-            size += (size_t)n + 2;
-            if (len - r->pos < size)
-                return PARSE_AGAIN; /* the bulk string is not all here yet */
-            if (memcmp(line + head + n, "\r\n", 2) != 0)
-                return PARSE_ERROR;
-        }
-        if (r->depth == 0) {
-            r->type = type;
-            r->integer = n;
-        }
-        if (type == '+' || type == '-' || (type == '$' && n >= 0)) {
-            if (r->nitems == RESP_MAX_ITEMS)
-                return PARSE_ERROR;
-            r->item[r->nitems].off = r->pos + (type == '$' ? head : 1);
-            r->item[r->nitems++].len = type == '$' ? (size_t)n : head - 3;
-        }
-        r->pos += size;
-        if (type == '*' && n > 0) {
-            if (r->depth == RESP_MAX_DEPTH)
-                return PARSE_ERROR;
-            r->left[r->depth++] = n;
-            continue;
-        }
-        while (r->depth > 0 && --r->left[r->depth - 1] == 0)
-            r->depth--; /* this element completed its array */
-        if (r->depth == 0)
-            return PARSE_DONE;
-    }
-    return PARSE_AGAIN;
-}
-/* ---- end shared: resp ---- */
-
-/* ===== Guestbook rendering ===== */
-
-/* ---- shared: guestbook ---- */
-static bool html_escape(struct strbuf *out, const char *s, size_t len)
-{
-    size_t plain = 0; /* start of the bytes copied as they are */
-    for (size_t i = 0; i < len; i++) {
-        const char *e = s[i] == '&'    ? "&amp;"
-                        : s[i] == '<'  ? "&lt;"
-                        : s[i] == '>'  ? "&gt;"
-                        : s[i] == '"'  ? "&quot;"
-                        : s[i] == '\'' ? "&#39;"
-                                       : NULL;
-        if (!e)
-            continue;
-        if (!sb_append(out, s + plain, i - plain) || !sb_puts(out, e))
-            return false;
-        plain = i + 1;
-    }
-    return sb_append(out, s + plain, len - plain);
-}
-
-/* Finds `name` in an x-www-form-urlencoded body and decodes its value into
- * out (size max + 1). A missing field is empty. Returns the length, -1 for a
- * malformed value, -2 when longer than max. */
-static long form_field(const char *body, size_t len, const char *name,
-                       char *out, size_t max)
-{
-    size_t name_len = strlen(name);
-    out[0] = '\0';
-    for (size_t i = 0; i < len;) {
-        const char *pair = body + i, *amp = memchr(pair, '&', len - i);
-        size_t pair_len = amp ? (size_t)(amp - pair) : len - i;
-        if (pair_len > name_len && pair[name_len] == '=' &&
-            memcmp(pair, name, name_len) == 0)
-            return url_decode(pair + name_len + 1, pair_len - name_len - 1, out,
-                              max + 1, true);
-        i += pair_len + 1;
-    }
-    return 0;
-}
-
-/* A POST body to the one Redis list element it becomes, "<name length>:"
- * then name then remark, so neither can be confused with the other. Returns
- * 0 or an HTTP status. */
-static int guest_entry(const char *body, size_t len, char *entry, size_t size)
-{
-    char name[MAX_NAME + 1], remark[MAX_REMARK + 1];
-    long nlen = form_field(body, len, "guest-name", name, MAX_NAME);
-    long rlen = form_field(body, len, "guest-remarks", remark, MAX_REMARK);
-    if (nlen < 0 || rlen <= 0)
-        return 400; /* bad escape, too long, or an empty remark */
-    int n = snprintf(entry, size, "%ld:%s%s", nlen, name, remark);
-    return n < 0 || (size_t)n >= size ? 500 : 0;
-}
-
-/* One stored entry as a page paragraph, escaped. An element that is not in
- * our format is shown whole, as an anonymous remark. */
-static bool render_entry(struct strbuf *out, const char *e, size_t len)
-{
-    long long nlen = 0;
-    const char *colon = memchr(e, ':', len < 4 ? len : 4), *name = e;
-    if (colon && parse_integer(e, colon, &nlen) && nlen >= 0 &&
-        (size_t)nlen <= len - (size_t)(colon + 1 - e))
-        name = colon + 1;
-    else
-        nlen = 0;
-    const char *remark = name + nlen;
-    size_t rlen = len - (size_t)(remark - e);
-    return sb_puts(out, "<p class=\"guest-entry\">") &&
-           html_escape(out, remark, rlen) &&
-           sb_puts(out, " <span class=\"guest-name\">&mdash; ") &&
-           (nlen > 0 ? html_escape(out, name, (size_t)nlen)
-                     : sb_puts(out, "anonymous")) &&
-           sb_puts(out, "</span></p>\n");
-}
-
-/* The LRANGE reply's entries, in order, as HTML. */
+                                    size_t len);
+static bool parse_integer(const char *s, const char *end, long long *out);
+static int guest_entry(const char *body, size_t len, char *entry, size_t size);
 static bool render_remarks(struct strbuf *out, const char *buf,
-                           const struct resp_reply *r)
-{
-    for (size_t i = 0; i < r->nitems; i++)
-        if (!render_entry(out, buf + r->item[i].off, r->item[i].len))
-            return false;
-    return true;
-}
-
-/* 1234567 -> "1,234,567". */
-static void format_count(long long n, char *out, size_t size)
-{
-    char digits[32];
-    int len = snprintf(digits, sizeof digits, "%lld", n < 0 ? 0 : n);
-    size_t o = 0;
-    for (int i = 0; i < len && o + 2 < size; i++) {
-        if (i > 0 && (len - i) % 3 == 0)
-            out[o++] = ',';
-        out[o++] = digits[i];
-    }
-    out[o] = '\0';
-}
-
-/* The template with its two placeholders filled in. */
+                           const struct resp_reply *r);
 static bool render_page(struct strbuf *out, const struct strbuf *remarks,
-                        long long visitors)
-{
-    static const char rem[] = "$GUEST_REMARKS$", vis[] = "$VISITOR_COUNT$";
-    char count[40];
-    format_count(visitors, count, sizeof count);
-    const char *t = server.template, *end = t + server.template_len;
-    while (t < end) {
-        const char *dollar = memchr(t, '$', (size_t)(end - t));
-        if (!dollar)
-            return sb_append(out, t, (size_t)(end - t));
-        if (!sb_append(out, t, (size_t)(dollar - t)))
-            return false;
-        size_t left = (size_t)(end - dollar);
-        bool ok;
-        if (left >= sizeof rem - 1 &&
-            memcmp(dollar, rem, sizeof rem - 1) == 0) {
-            ok = sb_append(out, remarks->data, remarks->len);
-            t = dollar + sizeof rem - 1;
-        } else if (left >= sizeof vis - 1 &&
-                   memcmp(dollar, vis, sizeof vis - 1) == 0) {
-            ok = sb_puts(out, count);
-            t = dollar + sizeof vis - 1;
-        } else {
-            ok = sb_append(out, "$", 1);
-            t = dollar + 1;
-        }
-        if (!ok)
-            return false;
-    }
-    return true;
-}
-/* ---- end shared: guestbook ---- */
+                        long long visitors);
 
-/* ---- shared: route ---- */
-/* Decides what a parsed request is for. The path is decoded into `path`;
- * ROUTE_ERROR leaves the status in r->status. */
-static enum route route_request(struct http_request *r, const char *buf,
-                                char *path, size_t size)
-{
-    int status = 0;
-    if (r->method == METHOD_OTHER)
-        status = 501;
-    else if ((status = decode_path(buf + r->uri, r->uri_len, path, size)) ==
-             0) {
-        if (strcmp(path, "/guestbook") == 0) {
-            if (r->method != METHOD_POST)
-                return ROUTE_PAGE;
-            if (r->form_type)
-                return ROUTE_POST;
-            status = 415;
-        } else if (r->method == METHOD_POST)
-            status = 405;
-        else
-            return ROUTE_STATIC;
-    }
-    r->status = status;
-    return ROUTE_ERROR;
-}
-/* ---- end shared: route ---- */
+/* Growable byte buffers, and the clock every timeout reads. */
+static bool sb_reserve(struct strbuf *b, size_t extra);
+static bool sb_append(struct strbuf *b, const void *data, size_t n);
+static void sb_free(struct strbuf *b);
+static int64_t now_ms(void);
+/* ---- end shared: app_api ---- */
 
 /* ===== The concurrency model: one thread, an event loop over poll() ===== */
 
@@ -1948,6 +1219,810 @@ static void loop_close(void)
 }
 /* ---- end shared: event_loop ---- */
 
+/* ===== main ===== */
+
+int main(int argc, char **argv)
+{
+    server_init(argc, argv);
+    loop_init();
+    serve_forever();
+    loop_close();
+    print_summary();
+    return 0;
+}
+
+/* ===== The app: identical in every server (make check-sync) ===== */
+
+/* ----- The app: small utilities ----- */
+
+/* ---- shared: util ---- */
+/* Start-up failures only: per-connection trouble never ends the server. */
+static void die(const char *what)
+{
+    fprintf(stderr, "%s: %s: %s\n", SERVER_NAME, what, strerror(errno));
+    exit(1);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool sb_reserve(struct strbuf *b, size_t extra)
+{
+    if (b->len + extra <= b->cap)
+        return true;
+    if (b->len + extra > STRBUF_MAX)
+        return false;
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->len + extra)
+        cap *= 2;
+    char *data = realloc(b->data, cap);
+    if (!data)
+        return false;
+    b->data = data;
+    b->cap = cap;
+    return true;
+}
+
+static bool sb_append(struct strbuf *b, const void *data, size_t n)
+{
+    if (n == 0) /* data may be NULL: an empty strbuf never allocated */
+        return true;
+    if (!sb_reserve(b, n))
+        return false;
+    memcpy(b->data + b->len, data, n);
+    b->len += n;
+    return true;
+}
+
+static bool sb_puts(struct strbuf *b, const char *s)
+{
+    return sb_append(b, s, strlen(s));
+}
+
+__attribute__((format(printf, 2, 3))) static bool
+sb_printf(struct strbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    size_t room = b->cap - b->len;
+    va_start(ap, fmt); /* into the room there is; again only if too small */
+    int n = vsnprintf(room ? b->data + b->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return false;
+    if ((size_t)n >= room) {
+        if (!sb_reserve(b, (size_t)n + 1))
+            return false;
+        va_start(ap, fmt);
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    b->len += (size_t)n;
+    return true;
+}
+
+static void sb_free(struct strbuf *b)
+{
+    free(b->data);
+    *b = (struct strbuf){0};
+}
+
+/* Does the counted string a equal b: exactly, or ignoring case. */
+static bool eq(const char *a, size_t alen, const char *b)
+{
+    return alen == strlen(b) && memcmp(a, b, alen) == 0;
+}
+
+static bool ieq(const char *a, size_t alen, const char *b)
+{
+    return alen == strlen(b) && strncasecmp(a, b, alen) == 0;
+}
+/* ---- end shared: util ---- */
+
+/* ----- The app: HTTP, parsing requests ----- */
+
+/* ---- shared: http_parser ---- */
+/* RFC 9110 token characters: what a method or header name may contain. */
+static bool is_tchar(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static enum parse_result parse_fail(struct http_request *r, int status)
+{
+    r->status = status;
+    r->keep_alive = false;
+    return PARSE_ERROR;
+}
+
+static int parse_method(struct http_request *r, const char *m, size_t len)
+{
+    if (len == 0)
+        return 400;
+    r->method = eq(m, len, "GET")    ? METHOD_GET
+                : eq(m, len, "HEAD") ? METHOD_HEAD
+                : eq(m, len, "POST")
+                    ? METHOD_POST
+                    : METHOD_OTHER; /* methods are case-sensitive */
+    return 0;
+}
+
+/* "HTTP/1.0" and "HTTP/1.1" are served; other well-formed versions get 505. */
+static int parse_version(struct http_request *r, const char *v, size_t len)
+{
+    if (len != 8 || memcmp(v, "HTTP/", 5) != 0 || v[6] != '.' || v[5] < '0' ||
+        v[5] > '9' || v[7] < '0' || v[7] > '9')
+        return 400;
+    if (v[5] != '1' || (v[7] != '0' && v[7] != '1'))
+        return 505;
+    r->minor = v[7] - '0';
+    return 0;
+}
+
+/* Content-Length: digits only, once; anything else is a smuggling risk. */
+static int parse_length(struct http_request *r, const char *v, size_t len)
+{
+    if (r->content_length >= 0 || len == 0 || len > 9)
+        return 400;
+    long long n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return 400;
+        n = n * 10 + (v[i] - '0');
+    }
+    r->content_length = n;
+    return 0;
+}
+
+/* Connection: a comma-separated list; we care about two tokens. */
+static void parse_connection(struct http_request *r, const char *v, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < len && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
+            i++;
+        if (ieq(v + start, i - start, "close"))
+            r->close = true;
+        else if (ieq(v + start, i - start, "keep-alive"))
+            r->keep_alive_asked = true;
+    }
+}
+
+/* One complete header line: trim the value and note what we need. */
+static int header_done(struct http_request *r, const char *buf)
+{
+    const char *name = buf + r->name, *v = buf + r->tok;
+    size_t len = r->value_end - r->tok;
+    while (len && (*v == ' ' || *v == '\t'))
+        v++, len--;
+    while (len && (v[len - 1] == ' ' || v[len - 1] == '\t'))
+        len--;
+    if (ieq(name, r->name_len, "Content-Length"))
+        return parse_length(r, v, len);
+    if (ieq(name, r->name_len, "Transfer-Encoding"))
+        return 501; /* no chunked bodies: refuse rather than misframe */
+    if (ieq(name, r->name_len, "Connection"))
+        parse_connection(r, v, len);
+    if (ieq(name, r->name_len, "Host")) {
+        if (r->has_host)
+            return 400;
+        r->has_host = true;
+    }
+    if (ieq(name, r->name_len, "Content-Type")) {
+        static const char form[] = "application/x-www-form-urlencoded";
+        size_t n = sizeof form - 1;
+        r->form_type = len >= n && strncasecmp(v, form, n) == 0 &&
+                       (len == n || v[n] == ';' || v[n] == ' ');
+    }
+    return 0;
+}
+
+/* The head is complete: the checks that need all of it. */
+static enum parse_result head_done(struct http_request *r)
+{
+    if (r->minor == 1 && !r->has_host)
+        return parse_fail(r, 400);
+    if (r->method == METHOD_POST && r->content_length < 0)
+        return parse_fail(r, 411);
+    if (r->content_length > MAX_BODY)
+        return parse_fail(r, 413);
+    r->keep_alive =
+        KEEP_ALIVE && !r->close && (r->minor == 1 || r->keep_alive_asked);
+    r->state = S_DONE;
+    return PARSE_DONE;
+}
+
+/* Resumable request-head parser (the shape of nginx's and sehttpd's): it
+ * consumes buf[r->pos..len), saves its state and position, and returns
+ * PARSE_AGAIN to be called again with more bytes. PARSE_DONE leaves r->body
+ * at the first body byte; PARSE_ERROR leaves the status in r->status. */
+static enum parse_result http_parse(struct http_request *r, const char *buf,
+                                    size_t len)
+{
+    if (r->state == S_DONE)
+        return PARSE_DONE; /* called again while the body arrives */
+    for (; r->pos < len; r->pos++) {
+        unsigned char c = (unsigned char)buf[r->pos];
+        size_t n = r->pos - r->tok; /* length of the token so far */
+        int status = 0;
+        if (r->pos >= MAX_HEAD)
+            return parse_fail(r, r->state == S_URI ? 414 : 431);
+        switch (r->state) {
+        case S_METHOD:
+            if ((c == '\r' || c == '\n') && n == 0)
+                r->tok = r->pos + 1; /* stray blank line before a request */
+            else if (c == ' ') {
+                status = parse_method(r, buf + r->tok, n);
+                r->state = S_URI;
+                r->tok = r->pos + 1;
+            } else if (!is_tchar(c) || n >= MAX_METHOD)
+                status = 400;
+            break;
+        case S_URI:
+            if (c == ' ' && n > 0) {
+                r->uri = r->tok;
+                r->uri_len = n;
+                r->state = S_VERSION;
+                r->tok = r->pos + 1;
+            } else if (c <= ' ' || c == 0x7f)
+                status = 400;
+            else if (n >= MAX_URI)
+                status = 414;
+            break;
+        case S_VERSION:
+            if (c == '\r' || c == '\n') {
+                status = parse_version(r, buf + r->tok, n);
+                r->state = c == '\r' ? S_REQUEST_LF : S_HEADER;
+            } else if (n >= 8)
+                status = 400;
+            break;
+        case S_REQUEST_LF:
+        case S_HEADER_LF:
+            if (c != '\n')
+                status = 400;
+            else if (r->state == S_HEADER_LF)
+                status = header_done(r, buf);
+            r->state = S_HEADER;
+            break;
+        case S_HEADER:
+            r->tok = r->pos;
+            if (c == '\r')
+                r->state = S_BLANK_LF;
+            else if (c == '\n') {
+                r->body = ++r->pos;
+                return head_done(r);
+            } else if (is_tchar(c))
+                r->state = S_NAME;
+            else
+                status = 400; /* includes obsolete line folding */
+            break;
+        case S_NAME:
+            if (c == ':' && n > 0) {
+                r->name = r->tok;
+                r->name_len = n;
+                r->tok = r->pos + 1;
+                r->state = S_VALUE;
+            } else if (!is_tchar(c))
+                status = 400;
+            break;
+        case S_VALUE:
+            if (c == '\r' || c == '\n') {
+                r->value_end = r->pos;
+                if (c == '\n')
+                    status = header_done(r, buf);
+                r->state = c == '\r' ? S_HEADER_LF : S_HEADER;
+            } else if ((c < ' ' && c != '\t') || c == 0x7f)
+                status = 400;
+            break;
+        case S_BLANK_LF:
+            if (c != '\n')
+                return parse_fail(r, 400);
+            r->body = ++r->pos;
+            return head_done(r);
+        case S_DONE: break; /* returned above, before the loop */
+        }
+        if (status)
+            return parse_fail(r, status);
+    }
+    return PARSE_AGAIN;
+}
+
+static void http_request_init(struct http_request *r)
+{
+    *r = (struct http_request){.content_length = -1, .minor = 1};
+}
+
+/* Bytes the whole request (head and body) occupies in the buffer. */
+static size_t request_size(const struct http_request *r)
+{
+    return r->body + (size_t)(r->content_length > 0 ? r->content_length : 0);
+}
+/* ---- end shared: http_parser ---- */
+
+/* ----- The app: HTTP, building responses ----- */
+
+/* ---- shared: http_response ---- */
+static const char *reason_phrase(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 301: return "Moved Permanently";
+    case 303: return "See Other";
+    case 400: return "Bad Request";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Internal Server Error";
+    }
+}
+
+/* Status line and headers. `Connection` where it differs from the version's
+ * default (HTTP/1.1 keeps, HTTP/1.0 closes) or refuses what the client asked.
+ */
+static bool format_head(struct strbuf *out, const struct http_request *r,
+                        int status, const char *type, size_t length,
+                        const char *extra)
+{
+    char date[64];
+    struct tm tm;
+    time_t t = time(NULL);
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&t, &tm));
+    const char *conn = "";
+    if (!r->keep_alive && (r->minor == 1 || r->keep_alive_asked))
+        conn = "Connection: close\r\n";
+    else if (r->minor == 0 && r->keep_alive)
+        conn = "Connection: keep-alive\r\n";
+    return sb_printf(out,
+                     "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: zerohttpd/%s\r\n"
+                     "Content-Length: %zu\r\nContent-Type: %s\r\n%s%s\r\n",
+                     status, reason_phrase(status), date, SERVER_NAME, length,
+                     type, conn, extra ? extra : "");
+}
+
+/* A complete small response with an HTML body: errors and redirects. */
+static bool format_error(struct strbuf *out, const struct http_request *r,
+                         int status, const char *extra)
+{
+    char body[256];
+    int n =
+        snprintf(body, sizeof body,
+                 "<!DOCTYPE html>\n<html><head><title>%d %s</title></head>"
+                 "<body><h1>%d %s</h1></body></html>\n",
+                 status, reason_phrase(status), status, reason_phrase(status));
+    if (n < 0 || (size_t)n >= sizeof body)
+        return false;
+    if (status == 405 && !extra)
+        extra = "Allow: GET, HEAD\r\n";
+    return format_head(out, r, status, "text/html; charset=utf-8", (size_t)n,
+                       extra) &&
+           (r->method == METHOD_HEAD || sb_append(out, body, (size_t)n));
+}
+
+/* The Location that sends a directory named without its slash to the same
+ * target with one: the raw path (query dropped), plus "/". */
+static void slash_location(const struct http_request *r, const char *buf,
+                           char *out, size_t size)
+{
+    const char *uri = buf + r->uri;
+    const char *query = memchr(uri, '?', r->uri_len);
+    int len = (int)(query ? (size_t)(query - uri) : r->uri_len);
+    int n = snprintf(out, size, "Location: %.*s/\r\n", len, uri);
+    if (n < 0 || (size_t)n >= size)
+        out[0] = '\0';
+}
+
+/* Every answered request passes here once: counters, then the access log. */
+static void count_response(const struct http_request *r, const char *buf,
+                           int status, size_t bytes)
+{
+    __atomic_fetch_add(&server.stats->served, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&server.stats->by_class[status / 100 % STATUS_CLASSES],
+                       1, __ATOMIC_RELAXED);
+    if (server.log)
+        fprintf(stderr, "%s %.*s %d %zu\n",
+                r->method == METHOD_GET    ? "GET"
+                : r->method == METHOD_HEAD ? "HEAD"
+                : r->method == METHOD_POST ? "POST"
+                                           : "-",
+                (int)r->uri_len, buf + r->uri, status, bytes);
+}
+/* ---- end shared: http_response ---- */
+
+/* ----- The app: static files ----- */
+
+/* ---- shared: static_files ---- */
+static const char *mime_type(const char *path)
+{
+    static const char *const table[][2] = {
+        {"html", "text/html; charset=utf-8"},
+        {"htm", "text/html; charset=utf-8"},
+        {"css", "text/css; charset=utf-8"},
+        {"js", "text/javascript; charset=utf-8"},
+        {"json", "application/json"},
+        {"txt", "text/plain; charset=utf-8"},
+        {"png", "image/png"},
+        {"jpg", "image/jpeg"},
+        {"jpeg", "image/jpeg"},
+        {"gif", "image/gif"},
+        {"svg", "image/svg+xml"},
+        {"ico", "image/x-icon"},
+        {"webp", "image/webp"},
+        {"woff2", "font/woff2"},
+        {"pdf", "application/pdf"},
+    };
+    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+    if (dot && (!slash || dot > slash))
+        for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+            if (strcasecmp(dot + 1, table[i][0]) == 0)
+                return table[i][1];
+    return "application/octet-stream";
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes in[0..len) into out (NUL-terminated). Returns the decoded
+ * length, -1 for a bad escape or a NUL byte, -2 if it does not fit in size. */
+static long url_decode(const char *in, size_t len, char *out, size_t size,
+                       bool plus_is_space)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = in[i];
+        if (c == '%') {
+            int hi = i + 2 < len ? hex_value(in[i + 1]) : -1;
+            int lo = hi >= 0 ? hex_value(in[i + 2]) : -1;
+            if (lo < 0)
+                return -1;
+            c = (char)(hi * 16 + lo);
+            i += 2;
+        } else if (c == '+' && plus_is_space)
+            c = ' ';
+        if (c == '\0')
+            return -1;
+        if (n + 1 >= size)
+            return -2;
+        out[n++] = c;
+    }
+    out[n] = '\0';
+    return (long)n;
+}
+
+/* Decodes the request target's path once and refuses what could escape
+ * public/ lexically: `..` segments, backslashes, control bytes. Symlinks are
+ * openat2's job. Returns 0 or an HTTP status. */
+static int decode_path(const char *uri, size_t len, char *path, size_t size)
+{
+    const char *query = memchr(uri, '?', len);
+    if (query)
+        len = (size_t)(query - uri);
+    if (len == 0 || uri[0] != '/')
+        return 400;
+    long n = url_decode(uri, len, path, size, false);
+    if (n < 0)
+        return n == -2 ? 414 : 400;
+    for (long i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)path[i];
+        if (c < ' ' || c == 0x7f || c == '\\')
+            return 400;
+        if (c == '/' && path[i + 1] == '.' && path[i + 2] == '.' &&
+            (path[i + 3] == '/' || path[i + 3] == '\0'))
+            return 400;
+    }
+    return 0;
+}
+
+/* Opens a file beneath public/ for reading: the kernel refuses any path,
+ * symlink included, that would leave the directory. Returns the fd, or -1
+ * with *status set (301 for a directory named without its slash). */
+static int open_public(char *path, size_t size, struct stat *st, int *status)
+{
+    size_t len = strlen(path);
+    if (path[len - 1] == '/') {
+        if (len + sizeof "index.html" > size) {
+            *status = 414;
+            return -1;
+        }
+        memcpy(path + len, "index.html", sizeof "index.html");
+    }
+    /* O_NONBLOCK: a FIFO dropped into public/ must not hang the open. */
+    struct open_how how = {.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+    int fd =
+        (int)syscall(SYS_openat2, server.public_fd, path + 1, &how, sizeof how);
+    if (fd < 0) {
+        *status = errno == EACCES                      ? 403
+                  : errno == EMFILE || errno == ENFILE ? 503
+                                                       : 404;
+        return -1;
+    }
+    bool known = fstat(fd, st) == 0;
+    if (known && S_ISREG(st->st_mode))
+        return fd;
+    *status = known && S_ISDIR(st->st_mode) ? 301 : 404;
+    close(fd);
+    return -1;
+}
+/* ---- end shared: static_files ---- */
+
+/* ----- The app: the Redis RESP client ----- */
+
+/* ---- shared: resp ---- */
+/* A command as a RESP array of bulk strings, each sent with its length. */
+static bool resp_format(struct strbuf *out, int argc, const char *const argv[])
+{
+    if (!sb_printf(out, "*%d\r\n", argc))
+        return false;
+    for (int i = 0; i < argc; i++) {
+        size_t n = strlen(argv[i]);
+        if (!sb_printf(out, "$%zu\r\n", n) || !sb_append(out, argv[i], n) ||
+            !sb_append(out, "\r\n", 2))
+            return false;
+    }
+    return true;
+}
+
+static bool parse_integer(const char *s, const char *end, long long *out)
+{
+    bool neg = s < end && *s == '-';
+    s += neg;
+    if (s == end || end - s > 18)
+        return false;
+    long long n = 0;
+    for (; s < end; s++) {
+        if (*s < '0' || *s > '9')
+            return false;
+        n = n * 10 + (*s - '0');
+    }
+    *out = neg ? -n : n;
+    return true;
+}
+
+/* Frames one RESP2 reply in buf[0..len), resumably: it advances r->pos over
+ * whole elements only, so a reply arriving in pieces is never parsed twice
+ * past its last complete element. Strings (simple, error, bulk) are recorded
+ * in r->item in order; r->pos is the reply's size when PARSE_DONE. */
+static enum parse_result resp_parse(struct resp_reply *r, const char *buf,
+                                    size_t len)
+{
+    while (r->pos < len) {
+        const char *line = buf + r->pos;
+        const char *crlf = memmem(line, len - r->pos, "\r\n", 2);
+        bool text = line[0] == '+' || line[0] == '-'; /* any length */
+        if (!crlf)
+            return len - r->pos > RESP_MAX_LINE && !text ? PARSE_ERROR
+                                                         : PARSE_AGAIN;
+        size_t head = (size_t)(crlf - line) + 2, size = head;
+        long long n = 0;
+        char type = line[0];
+        if (strchr(":$*", type) && !parse_integer(line + 1, crlf, &n))
+            return PARSE_ERROR;
+        if (!type || !strchr("+-:$*", type) || (type != ':' && n > STRBUF_MAX))
+            return PARSE_ERROR; /* a length no reply of ours can have */
+        if (type == '$' && n >= 0) {
+            size += (size_t)n + 2;
+            if (len - r->pos < size)
+                return PARSE_AGAIN; /* the bulk string is not all here yet */
+            if (memcmp(line + head + n, "\r\n", 2) != 0)
+                return PARSE_ERROR;
+        }
+        if (r->depth == 0) {
+            r->type = type;
+            r->integer = n;
+        }
+        if (type == '+' || type == '-' || (type == '$' && n >= 0)) {
+            if (r->nitems == RESP_MAX_ITEMS)
+                return PARSE_ERROR;
+            r->item[r->nitems].off = r->pos + (type == '$' ? head : 1);
+            r->item[r->nitems++].len = type == '$' ? (size_t)n : head - 3;
+        }
+        r->pos += size;
+        if (type == '*' && n > 0) {
+            if (r->depth == RESP_MAX_DEPTH)
+                return PARSE_ERROR;
+            r->left[r->depth++] = n;
+            continue;
+        }
+        while (r->depth > 0 && --r->left[r->depth - 1] == 0)
+            r->depth--; /* this element completed its array */
+        if (r->depth == 0)
+            return PARSE_DONE;
+    }
+    return PARSE_AGAIN;
+}
+/* ---- end shared: resp ---- */
+
+/* ----- The app: the guestbook page ----- */
+
+/* ---- shared: guestbook ---- */
+static bool html_escape(struct strbuf *out, const char *s, size_t len)
+{
+    size_t plain = 0; /* start of the bytes copied as they are */
+    for (size_t i = 0; i < len; i++) {
+        const char *e = s[i] == '&'    ? "&amp;"
+                        : s[i] == '<'  ? "&lt;"
+                        : s[i] == '>'  ? "&gt;"
+                        : s[i] == '"'  ? "&quot;"
+                        : s[i] == '\'' ? "&#39;"
+                                       : NULL;
+        if (!e)
+            continue;
+        if (!sb_append(out, s + plain, i - plain) || !sb_puts(out, e))
+            return false;
+        plain = i + 1;
+    }
+    return sb_append(out, s + plain, len - plain);
+}
+
+/* Finds `name` in an x-www-form-urlencoded body and decodes its value into
+ * out (size max + 1). A missing field is empty. Returns the length, -1 for a
+ * malformed value, -2 when longer than max. */
+static long form_field(const char *body, size_t len, const char *name,
+                       char *out, size_t max)
+{
+    size_t name_len = strlen(name);
+    out[0] = '\0';
+    for (size_t i = 0; i < len;) {
+        const char *pair = body + i, *amp = memchr(pair, '&', len - i);
+        size_t pair_len = amp ? (size_t)(amp - pair) : len - i;
+        if (pair_len > name_len && pair[name_len] == '=' &&
+            memcmp(pair, name, name_len) == 0)
+            return url_decode(pair + name_len + 1, pair_len - name_len - 1, out,
+                              max + 1, true);
+        i += pair_len + 1;
+    }
+    return 0;
+}
+
+/* A POST body to the one Redis list element it becomes, "<name length>:"
+ * then name then remark, so neither can be confused with the other. Returns
+ * 0 or an HTTP status. */
+static int guest_entry(const char *body, size_t len, char *entry, size_t size)
+{
+    char name[MAX_NAME + 1], remark[MAX_REMARK + 1];
+    long nlen = form_field(body, len, "guest-name", name, MAX_NAME);
+    long rlen = form_field(body, len, "guest-remarks", remark, MAX_REMARK);
+    if (nlen < 0 || rlen <= 0)
+        return 400; /* bad escape, too long, or an empty remark */
+    int n = snprintf(entry, size, "%ld:%s%s", nlen, name, remark);
+    return n < 0 || (size_t)n >= size ? 500 : 0;
+}
+
+/* One stored entry as a page paragraph, escaped. An element that is not in
+ * our format is shown whole, as an anonymous remark. */
+static bool render_entry(struct strbuf *out, const char *e, size_t len)
+{
+    long long nlen = 0;
+    const char *colon = memchr(e, ':', len < 4 ? len : 4), *name = e;
+    if (colon && parse_integer(e, colon, &nlen) && nlen >= 0 &&
+        (size_t)nlen <= len - (size_t)(colon + 1 - e))
+        name = colon + 1;
+    else
+        nlen = 0;
+    const char *remark = name + nlen;
+    size_t rlen = len - (size_t)(remark - e);
+    return sb_puts(out, "<p class=\"guest-entry\">") &&
+           html_escape(out, remark, rlen) &&
+           sb_puts(out, " <span class=\"guest-name\">&mdash; ") &&
+           (nlen > 0 ? html_escape(out, name, (size_t)nlen)
+                     : sb_puts(out, "anonymous")) &&
+           sb_puts(out, "</span></p>\n");
+}
+
+/* The LRANGE reply's entries, in order, as HTML. */
+static bool render_remarks(struct strbuf *out, const char *buf,
+                           const struct resp_reply *r)
+{
+    for (size_t i = 0; i < r->nitems; i++)
+        if (!render_entry(out, buf + r->item[i].off, r->item[i].len))
+            return false;
+    return true;
+}
+
+/* 1234567 -> "1,234,567". */
+static void format_count(long long n, char *out, size_t size)
+{
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%lld", n < 0 ? 0 : n);
+    size_t o = 0;
+    for (int i = 0; i < len && o + 2 < size; i++) {
+        if (i > 0 && (len - i) % 3 == 0)
+            out[o++] = ',';
+        out[o++] = digits[i];
+    }
+    out[o] = '\0';
+}
+
+/* The template with its two placeholders filled in. */
+static bool render_page(struct strbuf *out, const struct strbuf *remarks,
+                        long long visitors)
+{
+    static const char rem[] = "$GUEST_REMARKS$", vis[] = "$VISITOR_COUNT$";
+    char count[40];
+    format_count(visitors, count, sizeof count);
+    const char *t = server.template, *end = t + server.template_len;
+    while (t < end) {
+        const char *dollar = memchr(t, '$', (size_t)(end - t));
+        if (!dollar)
+            return sb_append(out, t, (size_t)(end - t));
+        if (!sb_append(out, t, (size_t)(dollar - t)))
+            return false;
+        size_t left = (size_t)(end - dollar);
+        bool ok;
+        if (left >= sizeof rem - 1 &&
+            memcmp(dollar, rem, sizeof rem - 1) == 0) {
+            ok = sb_append(out, remarks->data, remarks->len);
+            t = dollar + sizeof rem - 1;
+        } else if (left >= sizeof vis - 1 &&
+                   memcmp(dollar, vis, sizeof vis - 1) == 0) {
+            ok = sb_puts(out, count);
+            t = dollar + sizeof vis - 1;
+        } else {
+            ok = sb_append(out, "$", 1);
+            t = dollar + 1;
+        }
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+/* ---- end shared: guestbook ---- */
+
+/* ----- The app: routing a request ----- */
+
+/* ---- shared: route ---- */
+/* Decides what a parsed request is for. The path is decoded into `path`;
+ * ROUTE_ERROR leaves the status in r->status. */
+static enum route route_request(struct http_request *r, const char *buf,
+                                char *path, size_t size)
+{
+    int status = 0;
+    if (r->method == METHOD_OTHER)
+        status = 501;
+    else if ((status = decode_path(buf + r->uri, r->uri_len, path, size)) ==
+             0) {
+        if (strcmp(path, "/guestbook") == 0) {
+            if (r->method != METHOD_POST)
+                return ROUTE_PAGE;
+            if (r->form_type)
+                return ROUTE_POST;
+            status = 415;
+        } else if (r->method == METHOD_POST)
+            status = 405;
+        else
+            return ROUTE_STATIC;
+    }
+    r->status = status;
+    return ROUTE_ERROR;
+}
+/* ---- end shared: route ---- */
+
+/* ----- The app: start-up and shutdown ----- */
+
 /* ---- shared: startup ---- */
 static void on_stop_signal(int sig)
 {
@@ -2084,15 +2159,3 @@ static void print_summary(void)
     fflush(stdout);
 }
 /* ---- end shared: startup ---- */
-
-/* ===== main ===== */
-
-int main(int argc, char **argv)
-{
-    server_init(argc, argv);
-    loop_init();
-    serve_forever();
-    loop_close();
-    print_summary();
-    return 0;
-}
