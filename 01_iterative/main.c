@@ -49,7 +49,7 @@
 #include <unistd.h>
 
 /* ---- shared: config ---- */
-/* Tunables shared by all eight servers; DESIGN.md gives their reasons. */
+/* Tunables shared by all eight servers, each with its reason. */
 #define DEFAULT_PORT       8000
 #define DEFAULT_REDIS_HOST "127.0.0.1"
 #define DEFAULT_REDIS_PORT 6379
@@ -64,13 +64,15 @@
 #define LINGER_MS          500         /* drain unread input before close */
 #define LINGER_MAX_BYTES   (64 * 1024) /* ...but no more than this */
 #define REDIS_TIMEOUT_MS   1000        /* connect or reply: 503 after this */
-#define STRBUF_MAX         (4 << 20)   /* largest page or Redis reply */
-#define RESP_MAX_LINE      64          /* a RESP type line: type + number */
-#define RESP_MAX_DEPTH     4           /* nested arrays we follow */
-#define RESP_MAX_ITEMS     128         /* strings in one reply */
-#define GUESTBOOK_SHOWN    "100"       /* newest remarks on the page */
-#define MAX_REMARK         2000        /* bytes after decoding, else 400 */
-#define MAX_NAME           100         /* bytes after decoding, else 400 */
+#define REDIS_READ_SIZE    16384     /* room made for each recv() of replies */
+#define DRAIN_CHUNK        4096      /* lingering: bytes dropped per recv() */
+#define STRBUF_MAX         (4 << 20) /* largest page or Redis reply */
+#define RESP_MAX_LINE      64        /* a RESP type line: type + number */
+#define RESP_MAX_DEPTH     4         /* nested arrays we follow */
+#define RESP_MAX_ITEMS     128       /* strings in one reply */
+#define GUESTBOOK_SHOWN    "100"     /* newest remarks on the page */
+#define MAX_REMARK         2000      /* bytes after decoding, else 400 */
+#define MAX_NAME           100       /* bytes after decoding, else 400 */
 #define PUBLIC_DIR         "public"
 #define TEMPLATE_PATH      "templates/guestbook/index.html"
 #define TEMPLATE_MAX       (256 * 1024) /* refuse a runaway template */
@@ -142,8 +144,9 @@ struct resp_reply {
     } item[RESP_MAX_ITEMS]; /* where they are in the reply buffer */
 };
 
-/* Counters shared by every process and thread of a server (mmap'd shared, so
- * forked children count too); updated with atomics. */
+/* Requests served, for the summary at the stop. One page mapped MAP_SHARED
+ * and updated with atomics: 02's and 03's child processes and 04's and 05's
+ * threads all count into it (the one-thread servers pay a few cycles). */
 struct stats {
     unsigned long served;
     unsigned long by_class[STATUS_CLASSES];
@@ -449,9 +452,9 @@ static bool respond_error(struct conn *c, int status, const char *extra)
 }
 
 /* Sends c->out, then the file if there is one (MSG_MORE lets the head and
- * the file's first bytes share a packet). Counted before it leaves: a stop
- * may print the summary while this client's worker is still running, and
- * a response the client has seen must be in it. */
+ * the file's first bytes share a packet). Counted before it leaves: in
+ * 02-05 the summary may be printed while another process or thread is still
+ * answering, and a response the client has seen must be in it. */
 static bool send_response(struct conn *c, int status, int file, off_t size)
 {
     bool body = file >= 0 && size > 0 && c->req.method != METHOD_HEAD;
@@ -497,7 +500,7 @@ static enum redis_outcome redis_try(struct redis *rd, int argc,
         if (pr == PARSE_DONE)
             return rd->reply.type == '-' ? REDIS_FAILED : REDIS_OK;
         fail = REDIS_FAILED;
-        if (pr == PARSE_ERROR || !sb_reserve(&rd->in, 16384) ||
+        if (pr == PARSE_ERROR || !sb_reserve(&rd->in, REDIS_READ_SIZE) ||
             !wait_readable(rd->fd, deadline))
             goto fail;
         ssize_t n =
@@ -561,8 +564,9 @@ static void redis_free(struct redis *rd)
 /* ---- end shared: blocking_redis ---- */
 
 /* ---- shared: blocking_io ---- */
-/* Waits until fd is readable or the deadline passes. A stop request (EINTR
- * with the flag set) counts as a timeout: the caller closes. */
+/* Waits until fd is readable or the deadline passes: poll() on one fd is
+ * just a wait with a timeout here, not an event loop (that is 06_poll). A
+ * stop request (EINTR with the flag set) counts as a timeout. */
 static bool wait_readable(int fd, int64_t deadline)
 {
     for (;;) {
@@ -617,7 +621,7 @@ static void set_timeout(int fd, int option, int ms)
  * half-close, then read and drop what the client still sends, briefly. */
 static void close_lingering(int fd)
 {
-    char sink[4096];
+    char sink[DRAIN_CHUNK];
     size_t drained = 0;
     int64_t deadline = now_ms() + LINGER_MS;
     shutdown(fd, SHUT_WR);
@@ -811,8 +815,10 @@ static int header_done(struct http_request *r, const char *buf)
 {
     const char *name = buf + r->name, *v = buf + r->tok;
     size_t len = r->value_end - r->tok;
-    while (len && (*v == ' ' || *v == '\t'))
-        v++, len--;
+    while (len && (*v == ' ' || *v == '\t')) {
+        v++;
+        len--;
+    }
     while (len && (v[len - 1] == ' ' || v[len - 1] == '\t'))
         len--;
     if (ieq(name, r->name_len, "Content-Length"))
@@ -1411,11 +1417,10 @@ static bool render_page(struct strbuf *out, const struct strbuf *remarks,
 static enum route route_request(struct http_request *r, const char *buf,
                                 char *path, size_t size)
 {
-    int status = 0;
-    if (r->method == METHOD_OTHER)
-        status = 501;
-    else if ((status = decode_path(buf + r->uri, r->uri_len, path, size)) ==
-             0) {
+    int status = 501;
+    if (r->method != METHOD_OTHER)
+        status = decode_path(buf + r->uri, r->uri_len, path, size);
+    if (status == 0) {
         if (strcmp(path, "/guestbook") == 0) {
             if (r->method != METHOD_POST)
                 return ROUTE_PAGE;

@@ -27,12 +27,6 @@
  *   -> guestbook: queue LRANGE on the loop's one Redis connection and wait in
  *      a FIFO; each reply moves the request a step (INCR, GET), then the page
  *   -> keep-alive: back to reading, under the idle timer
- * Timers: every timeout of a kind is the same length (5 s idle, 10 s for a
- * whole request, 10 s without write progress, 500 ms lingering), so a timer
- * armed now expires after every timer of its kind armed before it: one
- * doubly-linked list per kind, appended to on (re)arm, stays in deadline
- * order by itself. Arm, re-arm and cancel are O(1), no heap is needed, and
- * the earliest list head bounds the wait.
  *
  * What it gains: thousands of connections in one thread, with no stacks, no
  * locks and no context switches; an idle connection costs a few hundred
@@ -80,7 +74,7 @@
 #include <uthash.h> /* Debian: uthash-dev */
 
 /* ---- shared: config ---- */
-/* Tunables shared by all eight servers; DESIGN.md gives their reasons. */
+/* Tunables shared by all eight servers, each with its reason. */
 #define DEFAULT_PORT       8000
 #define DEFAULT_REDIS_HOST "127.0.0.1"
 #define DEFAULT_REDIS_PORT 6379
@@ -95,13 +89,15 @@
 #define LINGER_MS          500         /* drain unread input before close */
 #define LINGER_MAX_BYTES   (64 * 1024) /* ...but no more than this */
 #define REDIS_TIMEOUT_MS   1000        /* connect or reply: 503 after this */
-#define STRBUF_MAX         (4 << 20)   /* largest page or Redis reply */
-#define RESP_MAX_LINE      64          /* a RESP type line: type + number */
-#define RESP_MAX_DEPTH     4           /* nested arrays we follow */
-#define RESP_MAX_ITEMS     128         /* strings in one reply */
-#define GUESTBOOK_SHOWN    "100"       /* newest remarks on the page */
-#define MAX_REMARK         2000        /* bytes after decoding, else 400 */
-#define MAX_NAME           100         /* bytes after decoding, else 400 */
+#define REDIS_READ_SIZE    16384     /* room made for each recv() of replies */
+#define DRAIN_CHUNK        4096      /* lingering: bytes dropped per recv() */
+#define STRBUF_MAX         (4 << 20) /* largest page or Redis reply */
+#define RESP_MAX_LINE      64        /* a RESP type line: type + number */
+#define RESP_MAX_DEPTH     4         /* nested arrays we follow */
+#define RESP_MAX_ITEMS     128       /* strings in one reply */
+#define GUESTBOOK_SHOWN    "100"     /* newest remarks on the page */
+#define MAX_REMARK         2000      /* bytes after decoding, else 400 */
+#define MAX_NAME           100       /* bytes after decoding, else 400 */
 #define PUBLIC_DIR         "public"
 #define TEMPLATE_PATH      "templates/guestbook/index.html"
 #define TEMPLATE_MAX       (256 * 1024) /* refuse a runaway template */
@@ -115,8 +111,6 @@
 #define SEND_TIMEOUT_MS      10000 /* a reader that stops reading is dropped */
 #define EMFILE_PAUSE_MS      10    /* out of descriptors, no spare: wait */
 #define MAX_EVENTS           1024  /* ready fds handled per wait */
-#define DRAIN_CHUNK          4096  /* lingering: bytes dropped per recv() */
-#define REDIS_READ_SIZE      16384 /* room made for each recv() of replies */
 #define REDIS_BACKOFF_MS     100   /* first reconnect delay, then doubled */
 #define REDIS_BACKOFF_MAX_MS 2000  /* ...up to this */
 #define FIFO_INITIAL         64    /* Redis waiters; the ring doubles */
@@ -179,8 +173,9 @@ struct resp_reply {
     } item[RESP_MAX_ITEMS]; /* where they are in the reply buffer */
 };
 
-/* Counters shared by every process and thread of a server (mmap'd shared, so
- * forked children count too); updated with atomics. */
+/* Requests served, for the summary at the stop. One page mapped MAP_SHARED
+ * and updated with atomics: 02's and 03's child processes and 04's and 05's
+ * threads all count into it (the one-thread servers pay a few cycles). */
 struct stats {
     unsigned long served;
     unsigned long by_class[STATUS_CLASSES];
@@ -237,7 +232,7 @@ enum conn_state {
     C_CLOSED   /* closed; freed at the end of this loop iteration */
 };
 
-/* The deadline a connection waits on: one list per kind (see the banner).
+/* The deadline a connection waits on: one list per kind (see event_timers).
  * T_NONE: no deadline of its own (answering, or waiting for Redis, which has
  * its own). Every open connection is on exactly one list. */
 enum timer_kind { T_IDLE, T_REQUEST, T_SEND, T_LINGER, T_NONE, TIMER_KINDS };
@@ -361,16 +356,99 @@ static int64_t now_ms(void);
 /* ===== The concurrency model: one thread, an event loop over poll() ===== */
 
 /* ---- shared: event_decls ---- */
-/* The loop's functions call each other in cycles (a Redis reply finishes a
- * response, which may close its connection, which leaves the FIFO), so
- * these are declared first and defined below in reading order. */
+/* The loop's functions, declared here so that they can be defined below in
+ * reading order, the loop first; they also call each other in cycles (a
+ * Redis reply finishes a response, which may close its connection, which
+ * leaves the FIFO). */
+static void backend_init(void);
+static int next_timeout(void);
+static void expire_timers(void);
+static void free_closed(void);
 static void conn_close(struct conn *c);
 static void conn_advance(struct conn *c);
 static void respond_error(struct conn *c, int status, const char *extra);
 static void redis_queue(struct conn *c, int argc, const char *const argv[]);
+static void redis_send(void);
 static void redis_fail(void);
 static void accept_resume(void);
 /* ---- end shared: event_decls ---- */
+
+/* ---- shared: readiness_decls ---- */
+/* The readiness backend (06 poll, 07 epoll: same names, different insides)
+ * and the handlers dispatch() hands ready fds to. */
+static bool watch_fd(struct watch *w, unsigned events);
+static void unwatch_fd(struct watch *w);
+static int wait_for_events(struct event *ev, int max, int timeout_ms);
+static void dispatch(const struct event *ev);
+static void accept_clients(void);
+static void conn_event(struct conn *c, unsigned events);
+static void redis_event(unsigned events);
+/* ---- end shared: readiness_decls ---- */
+
+/* ---- shared: event_loop ---- */
+/* The loop. Each turn: sleep until an fd is ready or the next deadline,
+ * handle what is ready, fire what is due, send what Redis was given, free
+ * what was closed. A stop request interrupts the wait (no SA_RESTART). */
+static void serve_forever(void)
+{
+    static struct event ready[MAX_EVENTS];
+    while (!stop_requested) {
+        loop.now = now_ms();
+        int n = wait_for_events(ready, MAX_EVENTS, next_timeout());
+        loop.now = now_ms();
+        for (int i = 0; i < n; i++)
+            dispatch(&ready[i]);
+        expire_timers();
+        redis_send();
+        free_closed();
+    }
+}
+
+/* Hands one ready fd to its owner. */
+static void dispatch(const struct event *ev)
+{
+    switch (ev->w->kind) {
+    case W_LISTENER: accept_clients(); break;
+    case W_REDIS: redis_event(ev->events); break;
+    case W_CLIENT: conn_event((struct conn *)ev->w, ev->events); break;
+    }
+}
+
+/* server_init() made a blocking listener, as the blocking models want:
+ * here it turns non-blocking, the backend starts, and one descriptor is set
+ * aside for EMFILE. */
+static void loop_init(void)
+{
+    int flags = fcntl(server.listen_fd, F_GETFL);
+    if (flags < 0 || fcntl(server.listen_fd, F_SETFL, flags | O_NONBLOCK) < 0)
+        die("fcntl");
+    backend_init();
+    loop.now = now_ms();
+    loop.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    loop.redis.w = (struct watch){.fd = -1, .kind = W_REDIS};
+    loop.redis.backoff_ms = REDIS_BACKOFF_MS;
+    loop.listener = (struct watch){.fd = server.listen_fd, .kind = W_LISTENER};
+    if (loop.spare_fd < 0 || !watch_fd(&loop.listener, EV_READ))
+        die("event loop setup");
+}
+
+/* After a stop: every connection closed, then Redis and the listener. */
+static void loop_close(void)
+{
+    struct redis *rd = &loop.redis;
+    for (int k = 0; k < TIMER_KINDS; k++)
+        while (loop.timers[k].head)
+            conn_close(loop.timers[k].head);
+    free_closed();
+    if (rd->w.fd >= 0)
+        close(rd->w.fd);
+    sb_free(&rd->out);
+    sb_free(&rd->in);
+    free(rd->fifo);
+    close(loop.spare_fd);
+    close(server.listen_fd);
+}
+/* ---- end shared: event_loop ---- */
 
 /* The backend: poll(). The interest list is this dense pollfd array,
  * handed whole to the kernel on every call, and a hash from fd to watch to
@@ -448,7 +526,14 @@ static int wait_for_events(struct event *ev, int max, int timeout_ms)
 }
 
 /* ---- shared: event_timers ---- */
-/* How long each kind of timer runs. T_NONE never fires. */
+/* Timers. Every timeout of a kind is the same length (5 s idle, 10 s for a
+ * whole request, 10 s without write progress, 500 ms lingering), so a timer
+ * armed now expires after every timer of its kind armed before it: one
+ * doubly-linked list per kind, appended to on (re)arm, stays in deadline
+ * order by itself. Arm, re-arm and cancel are O(1), no heap is needed, and
+ * the earliest list head bounds the wait.
+ *
+ * How long each kind of timer runs. T_NONE never fires. */
 static const int timer_ms[TIMER_KINDS] = {[T_IDLE] = IDLE_TIMEOUT_MS,
                                           [T_REQUEST] = REQUEST_TIMEOUT_MS,
                                           [T_SEND] = SEND_TIMEOUT_MS,
@@ -459,8 +544,14 @@ static void timer_unlink(struct conn *c)
     struct timer_list *l = &loop.timers[c->timer];
     if (!c->prev && l->head != c)
         return; /* on no list: just opened */
-    *(c->prev ? &c->prev->next : &l->head) = c->next;
-    *(c->next ? &c->next->prev : &l->tail) = c->prev;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        l->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    else
+        l->tail = c->prev;
     c->prev = c->next = NULL;
 }
 
@@ -474,7 +565,10 @@ static void timer_set(struct conn *c, enum timer_kind kind)
     c->timer = kind;
     c->deadline = loop.now + timer_ms[kind];
     c->prev = l->tail;
-    *(l->tail ? &l->tail->next : &l->head) = c;
+    if (l->tail)
+        l->tail->next = c;
+    else
+        l->head = c;
     l->tail = c;
 }
 
@@ -589,7 +683,8 @@ static void response_done(struct conn *c)
         conn_close(c);
     else {
         memmove(c->buf, c->buf + used, c->len - used);
-        if ((c->len -= used) == 0) {
+        c->len -= used;
+        if (c->len == 0) {
             free(c->buf);
             c->buf = NULL;
         }
@@ -651,7 +746,9 @@ static void conn_drain(struct conn *c)
     ssize_t n = recv(c->w.fd, sink, sizeof sink, 0);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
-    if (n <= 0 || (c->drained += (size_t)n) >= LINGER_MAX_BYTES)
+    if (n > 0)
+        c->drained += (size_t)n;
+    if (n <= 0 || c->drained >= LINGER_MAX_BYTES)
         conn_close(c);
 }
 
@@ -1154,71 +1251,6 @@ static void redis_event(unsigned events)
 }
 /* ---- end shared: event_redis ---- */
 
-/* ---- shared: event_loop ---- */
-/* Hands one ready fd to its owner. */
-static void dispatch(const struct event *ev)
-{
-    switch (ev->w->kind) {
-    case W_LISTENER: accept_clients(); break;
-    case W_REDIS: redis_event(ev->events); break;
-    case W_CLIENT: conn_event((struct conn *)ev->w, ev->events); break;
-    }
-}
-
-/* The loop. Each turn: sleep until an fd is ready or the next deadline,
- * handle what is ready, fire what is due, send what Redis was given, free
- * what was closed. A stop request interrupts the wait (no SA_RESTART). */
-static void serve_forever(void)
-{
-    static struct event ready[MAX_EVENTS];
-    while (!stop_requested) {
-        loop.now = now_ms();
-        int n = wait_for_events(ready, MAX_EVENTS, next_timeout());
-        loop.now = now_ms();
-        for (int i = 0; i < n; i++)
-            dispatch(&ready[i]);
-        expire_timers();
-        redis_send();
-        free_closed();
-    }
-}
-
-/* server_init() made a blocking listener, as the blocking models want:
- * here it turns non-blocking, the backend starts, and one descriptor is set
- * aside for EMFILE. */
-static void loop_init(void)
-{
-    int flags = fcntl(server.listen_fd, F_GETFL);
-    if (flags < 0 || fcntl(server.listen_fd, F_SETFL, flags | O_NONBLOCK) < 0)
-        die("fcntl");
-    backend_init();
-    loop.now = now_ms();
-    loop.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    loop.redis.w = (struct watch){.fd = -1, .kind = W_REDIS};
-    loop.redis.backoff_ms = REDIS_BACKOFF_MS;
-    loop.listener = (struct watch){.fd = server.listen_fd, .kind = W_LISTENER};
-    if (loop.spare_fd < 0 || !watch_fd(&loop.listener, EV_READ))
-        die("event loop setup");
-}
-
-/* After a stop: every connection closed, then Redis and the listener. */
-static void loop_close(void)
-{
-    struct redis *rd = &loop.redis;
-    for (int k = 0; k < TIMER_KINDS; k++)
-        while (loop.timers[k].head)
-            conn_close(loop.timers[k].head);
-    free_closed();
-    if (rd->w.fd >= 0)
-        close(rd->w.fd);
-    sb_free(&rd->out);
-    sb_free(&rd->in);
-    free(rd->fifo);
-    close(loop.spare_fd);
-    close(server.listen_fd);
-}
-/* ---- end shared: event_loop ---- */
-
 /* ===== main ===== */
 
 int main(int argc, char **argv)
@@ -1400,8 +1432,10 @@ static int header_done(struct http_request *r, const char *buf)
 {
     const char *name = buf + r->name, *v = buf + r->tok;
     size_t len = r->value_end - r->tok;
-    while (len && (*v == ' ' || *v == '\t'))
-        v++, len--;
+    while (len && (*v == ' ' || *v == '\t')) {
+        v++;
+        len--;
+    }
     while (len && (v[len - 1] == ' ' || v[len - 1] == '\t'))
         len--;
     if (ieq(name, r->name_len, "Content-Length"))
@@ -2000,11 +2034,10 @@ static bool render_page(struct strbuf *out, const struct strbuf *remarks,
 static enum route route_request(struct http_request *r, const char *buf,
                                 char *path, size_t size)
 {
-    int status = 0;
-    if (r->method == METHOD_OTHER)
-        status = 501;
-    else if ((status = decode_path(buf + r->uri, r->uri_len, path, size)) ==
-             0) {
+    int status = 501;
+    if (r->method != METHOD_OTHER)
+        status = decode_path(buf + r->uri, r->uri_len, path, size);
+    if (status == 0) {
         if (strcmp(path, "/guestbook") == 0) {
             if (r->method != METHOD_POST)
                 return ROUTE_PAGE;

@@ -39,6 +39,12 @@
  * cannot do without blocking (a cold file read) goes to its worker
  * threads. Still one thread, one core, one Redis connection.
  *
+ * Portability: Linux 5.19 or later (multishot accept, provided buffer
+ * rings), and Debian 12's liburing 2.3, which has no
+ * io_uring_setup_buf_ring() (so pbuf_init() maps and registers the ring by
+ * hand) and whose io_uring_prep_accept_direct() asks for a wrong slot (so
+ * accepted sockets are plain descriptors). Both were fixed in liburing 2.4.
+ *
  * Diff with: 07_epoll/main.c (the same loop and app, driven by readiness).
  * Run: ./io_uring [port [redis-host [redis-port]]] from the repo root.
  */
@@ -71,7 +77,7 @@
 #include <unistd.h>
 
 /* ---- shared: config ---- */
-/* Tunables shared by all eight servers; DESIGN.md gives their reasons. */
+/* Tunables shared by all eight servers, each with its reason. */
 #define DEFAULT_PORT       8000
 #define DEFAULT_REDIS_HOST "127.0.0.1"
 #define DEFAULT_REDIS_PORT 6379
@@ -86,13 +92,15 @@
 #define LINGER_MS          500         /* drain unread input before close */
 #define LINGER_MAX_BYTES   (64 * 1024) /* ...but no more than this */
 #define REDIS_TIMEOUT_MS   1000        /* connect or reply: 503 after this */
-#define STRBUF_MAX         (4 << 20)   /* largest page or Redis reply */
-#define RESP_MAX_LINE      64          /* a RESP type line: type + number */
-#define RESP_MAX_DEPTH     4           /* nested arrays we follow */
-#define RESP_MAX_ITEMS     128         /* strings in one reply */
-#define GUESTBOOK_SHOWN    "100"       /* newest remarks on the page */
-#define MAX_REMARK         2000        /* bytes after decoding, else 400 */
-#define MAX_NAME           100         /* bytes after decoding, else 400 */
+#define REDIS_READ_SIZE    16384     /* room made for each recv() of replies */
+#define DRAIN_CHUNK        4096      /* lingering: bytes dropped per recv() */
+#define STRBUF_MAX         (4 << 20) /* largest page or Redis reply */
+#define RESP_MAX_LINE      64        /* a RESP type line: type + number */
+#define RESP_MAX_DEPTH     4         /* nested arrays we follow */
+#define RESP_MAX_ITEMS     128       /* strings in one reply */
+#define GUESTBOOK_SHOWN    "100"     /* newest remarks on the page */
+#define MAX_REMARK         2000      /* bytes after decoding, else 400 */
+#define MAX_NAME           100       /* bytes after decoding, else 400 */
 #define PUBLIC_DIR         "public"
 #define TEMPLATE_PATH      "templates/guestbook/index.html"
 #define TEMPLATE_MAX       (256 * 1024) /* refuse a runaway template */
@@ -105,7 +113,6 @@
 #define ACCEPT_WAKE_MS       1000 /* how late a stop request may be noticed */
 #define SEND_TIMEOUT_MS      10000 /* a reader that stops reading is dropped */
 #define EMFILE_PAUSE_MS      10    /* out of descriptors, no spare: wait */
-#define REDIS_READ_SIZE      16384 /* room made for each recv of replies */
 #define REDIS_BACKOFF_MS     100   /* first reconnect delay, then doubled */
 #define REDIS_BACKOFF_MAX_MS 2000  /* ...up to this */
 #define FIFO_INITIAL         64    /* Redis waiters; the ring doubles */
@@ -179,8 +186,9 @@ struct resp_reply {
     } item[RESP_MAX_ITEMS]; /* where they are in the reply buffer */
 };
 
-/* Counters shared by every process and thread of a server (mmap'd shared, so
- * forked children count too); updated with atomics. */
+/* Requests served, for the summary at the stop. One page mapped MAP_SHARED
+ * and updated with atomics: 02's and 03's child processes and 04's and 05's
+ * threads all count into it (the one-thread servers pay a few cycles). */
 struct stats {
     unsigned long served;
     unsigned long by_class[STATUS_CLASSES];
@@ -225,7 +233,7 @@ enum conn_state {
     C_CLOSED   /* cancelled; freed once its last completion is reaped */
 };
 
-/* The deadline a connection waits on: one list per kind (see the banner).
+/* The deadline a connection waits on: one list per kind (see event_timers).
  * T_NONE: no deadline of its own (answering, or waiting for Redis, which has
  * its own). Every open connection is on exactly one list. */
 enum timer_kind { T_IDLE, T_REQUEST, T_SEND, T_LINGER, T_NONE, TIMER_KINDS };
@@ -369,16 +377,140 @@ static int64_t now_ms(void);
 /* ===== The concurrency model: one thread, one io_uring ===== */
 
 /* ---- shared: event_decls ---- */
-/* The loop's functions call each other in cycles (a Redis reply finishes a
- * response, which may close its connection, which leaves the FIFO), so
- * these are declared first and defined below in reading order. */
+/* The loop's functions, declared here so that they can be defined below in
+ * reading order, the loop first; they also call each other in cycles (a
+ * Redis reply finishes a response, which may close its connection, which
+ * leaves the FIFO). */
+static void backend_init(void);
+static int next_timeout(void);
+static void expire_timers(void);
+static void free_closed(void);
 static void conn_close(struct conn *c);
 static void conn_advance(struct conn *c);
 static void respond_error(struct conn *c, int status, const char *extra);
 static void redis_queue(struct conn *c, int argc, const char *const argv[]);
+static void redis_send(void);
 static void redis_fail(void);
 static void accept_resume(void);
 /* ---- end shared: event_decls ---- */
+
+/* This model's own, defined below: the ring, and the completions that
+ * dispatch() hands to their owners. */
+static void submit_and_wait(int timeout_ms);
+static void dispatch(const struct io_uring_cqe *cqe);
+static struct io_uring_sqe *new_sqe(void *owner, enum op op);
+static void pbuf_recycle(unsigned bid);
+static void accept_done(int res, unsigned flags);
+static void conn_complete(struct conn *c, enum op op, int res,
+                          const char *data);
+static void redis_complete(enum op op, int res);
+static void file_cache_expire(void);
+
+/* Each turn: send what Redis was given, submit and wait, handle the
+ * completions, fire what is due (cached files too), free what was closed. A
+ * stop request interrupts the wait (no SA_RESTART). */
+static void serve_forever(void)
+{
+    while (!stop_requested) {
+        loop.now = now_ms();
+        redis_send();
+        submit_and_wait(next_timeout());
+        expire_timers();
+        file_cache_expire();
+        free_closed();
+    }
+}
+
+/* Submits everything queued since the last call and sleeps until a
+ * completion arrives or timeout_ms pass (a signal also wakes it), then
+ * handles every completion that is ready. One system call for all that:
+ * io_uring_enter() both submits and waits. */
+static void submit_and_wait(int timeout_ms)
+{
+    struct __kernel_timespec ts = {.tv_sec = timeout_ms / 1000,
+                                   .tv_nsec = timeout_ms % 1000 * 1000000LL};
+    struct io_uring_cqe *cqe;
+    int err = io_uring_submit_and_wait_timeout(&loop.ring, &cqe, 1, &ts, NULL);
+    if (err < 0 && err != -ETIME && err != -EINTR && server.log)
+        fprintf(stderr, "%s: io_uring_enter: %s\n", SERVER_NAME,
+                strerror(-err));
+    loop.now = now_ms();
+    for (int n = 0; n < CQ_ENTRIES && io_uring_peek_cqe(&loop.ring, &cqe) == 0;
+         n++) {
+        struct io_uring_cqe done = *cqe;
+        io_uring_cqe_seen(&loop.ring, cqe); /* its slot is free again */
+        dispatch(&done);
+    }
+}
+
+/* Hands one completion to its owner: user_data is the owner's address
+ * with the operation's kind in the low bits. A pool buffer is lent again as
+ * soon as its bytes are copied out. */
+static void dispatch(const struct io_uring_cqe *cqe)
+{
+    enum op op = (enum op)(cqe->user_data & OP_MASK);
+    void *owner = (void *)(uintptr_t)(cqe->user_data & ~OP_MASK);
+    unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+    const char *data = cqe->flags & IORING_CQE_F_BUFFER
+                           ? loop.pbuf_mem + (size_t)bid * PBUF_SIZE
+                           : NULL;
+    switch (op) {
+    case OP_NONE: break;
+    case OP_ACCEPT: accept_done(cqe->res, cqe->flags); break;
+    case OP_RECV:
+    case OP_SEND:
+    case OP_READ: conn_complete(owner, op, cqe->res, data); break;
+    default: redis_complete(op, cqe->res); break;
+    }
+    if (data)
+        pbuf_recycle(bid);
+}
+
+/* server_init() made a blocking listener, as the blocking models want: it
+ * turns non-blocking for shed_client's accept4(); one descriptor is set
+ * aside for EMFILE. */
+static void loop_init(void)
+{
+    int flags = fcntl(server.listen_fd, F_GETFL);
+    if (flags < 0 || fcntl(server.listen_fd, F_SETFL, flags | O_NONBLOCK) < 0)
+        die("listen socket");
+    loop.now = now_ms();
+    loop.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    loop.redis.fd = -1;
+    loop.redis.backoff_ms = REDIS_BACKOFF_MS;
+    if (loop.spare_fd < 0)
+        die("event loop setup");
+    accept_resume();
+}
+
+/* After a stop: every connection closed and the accept and Redis
+ * cancelled; the loop turns until their completions are reaped (at most
+ * STOP_DRAIN_MS), so that nothing in the kernel points into freed memory. */
+static void loop_close(void)
+{
+    struct redis *rd = &loop.redis;
+    int64_t deadline = now_ms() + STOP_DRAIN_MS;
+    for (int k = 0; k < TIMER_KINDS; k++)
+        while (loop.timers[k].head)
+            conn_close(loop.timers[k].head);
+    redis_fail();
+    io_uring_prep_cancel64(new_sqe(NULL, OP_NONE), OP_ACCEPT, 0);
+    free_closed();
+    while ((loop.conns > 0 || rd->inflight > 0) && now_ms() < deadline) {
+        submit_and_wait((int)(deadline - now_ms()));
+        free_closed();
+    }
+    loop.now = INT64_MAX; /* every cached file expires */
+    file_cache_expire();
+    io_uring_submit(&loop.ring); /* the last closes */
+    io_uring_queue_exit(&loop.ring);
+    sb_free(&rd->out);
+    sb_free(&rd->wire);
+    sb_free(&rd->in);
+    free(rd->fifo);
+    close(loop.spare_fd);
+    close(server.listen_fd);
+}
 
 /* The backend: io_uring. Nothing is watched: operations are queued in the
  * submission ring (new_sqe), handed over in batches, and each comes back as
@@ -403,9 +535,8 @@ static void pbuf_recycle(unsigned bid)
 }
 
 /* Receive buffers lent to the kernel (Linux 5.19): a recv takes one only
- * when bytes arrive, so an idle connection holds none. liburing 2.3 has no
- * io_uring_setup_buf_ring() (2.4 does): the ring is mapped and registered
- * by hand. */
+ * when bytes arrive, so an idle connection holds none. The ring is mapped
+ * and registered by hand (see Portability in the banner). */
 static void pbuf_init(void)
 {
     size_t ring_bytes = PBUF_COUNT * sizeof(struct io_uring_buf);
@@ -489,7 +620,14 @@ static void close_later(int fd)
 }
 
 /* ---- shared: event_timers ---- */
-/* How long each kind of timer runs. T_NONE never fires. */
+/* Timers. Every timeout of a kind is the same length (5 s idle, 10 s for a
+ * whole request, 10 s without write progress, 500 ms lingering), so a timer
+ * armed now expires after every timer of its kind armed before it: one
+ * doubly-linked list per kind, appended to on (re)arm, stays in deadline
+ * order by itself. Arm, re-arm and cancel are O(1), no heap is needed, and
+ * the earliest list head bounds the wait.
+ *
+ * How long each kind of timer runs. T_NONE never fires. */
 static const int timer_ms[TIMER_KINDS] = {[T_IDLE] = IDLE_TIMEOUT_MS,
                                           [T_REQUEST] = REQUEST_TIMEOUT_MS,
                                           [T_SEND] = SEND_TIMEOUT_MS,
@@ -500,8 +638,14 @@ static void timer_unlink(struct conn *c)
     struct timer_list *l = &loop.timers[c->timer];
     if (!c->prev && l->head != c)
         return; /* on no list: just opened */
-    *(c->prev ? &c->prev->next : &l->head) = c->next;
-    *(c->next ? &c->next->prev : &l->tail) = c->prev;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        l->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    else
+        l->tail = c->prev;
     c->prev = c->next = NULL;
 }
 
@@ -515,7 +659,10 @@ static void timer_set(struct conn *c, enum timer_kind kind)
     c->timer = kind;
     c->deadline = loop.now + timer_ms[kind];
     c->prev = l->tail;
-    *(l->tail ? &l->tail->next : &l->head) = c;
+    if (l->tail)
+        l->tail->next = c;
+    else
+        l->head = c;
     l->tail = c;
 }
 
@@ -653,7 +800,8 @@ static void response_done(struct conn *c)
         conn_close(c);
     else {
         memmove(c->buf, c->buf + used, c->len - used);
-        if ((c->len -= used) == 0) {
+        c->len -= used;
+        if (c->len == 0) {
             free(c->buf);
             c->buf = NULL;
             c->cap = 0;
@@ -737,7 +885,8 @@ static void conn_read(struct conn *c, int res, const char *data)
         return;
     }
     if (c->state == C_LINGER) {
-        if ((c->drained += (size_t)res) >= LINGER_MAX_BYTES)
+        c->drained += (size_t)res;
+        if (c->drained >= LINGER_MAX_BYTES)
             conn_close(c);
         else
             conn_recv(c);
@@ -806,9 +955,7 @@ static bool shed_client(void)
 
 /* Arms the multishot accept: one submission, then a completion per client
  * until the kernel ends it (a completion without IORING_CQE_F_MORE). Plain
- * descriptors, not direct ones: liburing 2.3's io_uring_prep_accept_direct()
- * stores IORING_FILE_INDEX_ALLOC plus one, which wraps to 0 and quietly
- * means "not direct" (fixed in 2.4). */
+ * descriptors, not direct ones (see Portability in the banner). */
 static void accept_resume(void)
 {
     loop.resume_accept_at = 0;
@@ -819,7 +966,7 @@ static void accept_resume(void)
 }
 
 /* An accept completed: a new client, or an error. */
-static void accept_clients(int res, unsigned flags)
+static void accept_done(int res, unsigned flags)
 {
     bool more = flags & IORING_CQE_F_MORE; /* still armed */
     if (res >= 0 && stop_requested)
@@ -1294,114 +1441,6 @@ static void redis_complete(enum op op, int res)
         redis_read(res);
 }
 
-/* The loop. */
-
-/* Hands one completion to its owner: user_data is the owner's address
- * with the operation's kind in the low bits. A pool buffer is lent again as
- * soon as its bytes are copied out. */
-static void dispatch(const struct io_uring_cqe *cqe)
-{
-    enum op op = (enum op)(cqe->user_data & OP_MASK);
-    void *owner = (void *)(uintptr_t)(cqe->user_data & ~OP_MASK);
-    unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
-    const char *data = cqe->flags & IORING_CQE_F_BUFFER
-                           ? loop.pbuf_mem + (size_t)bid * PBUF_SIZE
-                           : NULL;
-    switch (op) {
-    case OP_NONE: break;
-    case OP_ACCEPT: accept_clients(cqe->res, cqe->flags); break;
-    case OP_RECV:
-    case OP_SEND:
-    case OP_READ: conn_complete(owner, op, cqe->res, data); break;
-    default: redis_complete(op, cqe->res); break;
-    }
-    if (data)
-        pbuf_recycle(bid);
-}
-
-/* Submits everything queued since the last call and sleeps until a
- * completion arrives or timeout_ms pass (a signal also wakes it), then
- * handles every completion that is ready. One system call for all that:
- * io_uring_enter() both submits and waits. */
-static void wait_for_events(int timeout_ms)
-{
-    struct __kernel_timespec ts = {.tv_sec = timeout_ms / 1000,
-                                   .tv_nsec = timeout_ms % 1000 * 1000000LL};
-    struct io_uring_cqe *cqe;
-    int err = io_uring_submit_and_wait_timeout(&loop.ring, &cqe, 1, &ts, NULL);
-    if (err < 0 && err != -ETIME && err != -EINTR && server.log)
-        fprintf(stderr, "%s: io_uring_enter: %s\n", SERVER_NAME,
-                strerror(-err));
-    loop.now = now_ms();
-    for (int n = 0; n < CQ_ENTRIES && io_uring_peek_cqe(&loop.ring, &cqe) == 0;
-         n++) {
-        struct io_uring_cqe done = *cqe;
-        io_uring_cqe_seen(&loop.ring, cqe); /* its slot is free again */
-        dispatch(&done);
-    }
-}
-
-/* Each turn: send what Redis was given, submit and wait, handle the
- * completions, fire what is due (cached files too), free what was closed. A
- * stop request interrupts the wait (no SA_RESTART). */
-static void serve_forever(void)
-{
-    while (!stop_requested) {
-        loop.now = now_ms();
-        redis_send();
-        wait_for_events(next_timeout());
-        expire_timers();
-        file_cache_expire();
-        free_closed();
-    }
-}
-
-/* server_init() made a blocking listener, as the blocking models want: it
- * turns non-blocking for shed_client's accept4(); one descriptor is set
- * aside for EMFILE. */
-static void loop_init(void)
-{
-    int flags = fcntl(server.listen_fd, F_GETFL);
-    if (flags < 0 || fcntl(server.listen_fd, F_SETFL, flags | O_NONBLOCK) < 0)
-        die("listen socket");
-    loop.now = now_ms();
-    loop.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    loop.redis.fd = -1;
-    loop.redis.backoff_ms = REDIS_BACKOFF_MS;
-    if (loop.spare_fd < 0)
-        die("event loop setup");
-    accept_resume();
-}
-
-/* After a stop: every connection closed and the accept and Redis
- * cancelled; the loop turns until their completions are reaped (at most
- * STOP_DRAIN_MS), so that nothing in the kernel points into freed memory. */
-static void loop_close(void)
-{
-    struct redis *rd = &loop.redis;
-    int64_t deadline = now_ms() + STOP_DRAIN_MS;
-    for (int k = 0; k < TIMER_KINDS; k++)
-        while (loop.timers[k].head)
-            conn_close(loop.timers[k].head);
-    redis_fail();
-    io_uring_prep_cancel64(new_sqe(NULL, OP_NONE), OP_ACCEPT, 0);
-    free_closed();
-    while ((loop.conns > 0 || rd->inflight > 0) && now_ms() < deadline) {
-        wait_for_events((int)(deadline - now_ms()));
-        free_closed();
-    }
-    loop.now = INT64_MAX; /* every cached file expires */
-    file_cache_expire();
-    io_uring_submit(&loop.ring); /* the last closes */
-    io_uring_queue_exit(&loop.ring);
-    sb_free(&rd->out);
-    sb_free(&rd->wire);
-    sb_free(&rd->in);
-    free(rd->fifo);
-    close(loop.spare_fd);
-    close(server.listen_fd);
-}
-
 /* ===== main ===== */
 
 /* The ring comes first: where io_uring is unavailable, the server says so
@@ -1586,8 +1625,10 @@ static int header_done(struct http_request *r, const char *buf)
 {
     const char *name = buf + r->name, *v = buf + r->tok;
     size_t len = r->value_end - r->tok;
-    while (len && (*v == ' ' || *v == '\t'))
-        v++, len--;
+    while (len && (*v == ' ' || *v == '\t')) {
+        v++;
+        len--;
+    }
     while (len && (v[len - 1] == ' ' || v[len - 1] == '\t'))
         len--;
     if (ieq(name, r->name_len, "Content-Length"))
@@ -2186,11 +2227,10 @@ static bool render_page(struct strbuf *out, const struct strbuf *remarks,
 static enum route route_request(struct http_request *r, const char *buf,
                                 char *path, size_t size)
 {
-    int status = 0;
-    if (r->method == METHOD_OTHER)
-        status = 501;
-    else if ((status = decode_path(buf + r->uri, r->uri_len, path, size)) ==
-             0) {
+    int status = 501;
+    if (r->method != METHOD_OTHER)
+        status = decode_path(buf + r->uri, r->uri_len, path, size);
+    if (status == 0) {
         if (strcmp(path, "/guestbook") == 0) {
             if (r->method != METHOD_POST)
                 return ROUTE_PAGE;
