@@ -249,7 +249,8 @@ static int64_t now_ms(void);
 
 /* ---- shared: blocking_decls ---- */
 /* Serving one connection, blocking: the same in 01-05 and defined below, in
- * this order. The model above calls the first four. */
+ * this order, after the model's own functions. The model calls the first
+ * four. */
 static int accept_client(void);
 static void serve_connection(int fd, struct redis *rd);
 static void redis_free(struct redis *rd);

@@ -2,9 +2,9 @@
  * 02_forking: one child process per connection.
  *
  * The model. The parent only accepts; for every connection it fork()s a
- * child that serves that client (all its keep-alive requests) and exits. A
- * slow client costs only its own process. Exited children are reaped when
- * SIGCHLD interrupts accept(), or they would linger as zombies.
+ * child that serves that client (all its keep-alive requests) and exits, so
+ * a slow client costs only its own process. Children that have exited are
+ * reaped when SIGCHLD interrupts accept(), or they linger as zombies.
  *
  * One request's life:
  *   parent: accept() -> fork() -> close its copy -> (SIGCHLD) waitpid()
@@ -13,8 +13,7 @@
  * What it gains: isolation, and blocking code with no locks at all.
  * What it costs: a fork() and an exit per connection (page tables copied and
  * torn down), a Redis connection per client, a process per concurrent one.
- * Where it breaks: at the process limit fork() fails and the client is
- * dropped. (Counters live in a MAP_SHARED page, so children's count too.)
+ * Where it breaks: at the process limit, where fork() fails and drops it.
  *
  * Diff with: 01_iterative/main.c and 03_preforked/main.c (processes made once).
  * Run: ./forking [port [redis-host [redis-port]]] from the repo root.
@@ -251,7 +250,8 @@ static int64_t now_ms(void);
 
 /* ---- shared: blocking_decls ---- */
 /* Serving one connection, blocking: the same in 01-05 and defined below, in
- * this order. The model above calls the first four. */
+ * this order, after the model's own functions. The model calls the first
+ * four. */
 static int accept_client(void);
 static void serve_connection(int fd, struct redis *rd);
 static void redis_free(struct redis *rd);
@@ -281,7 +281,6 @@ static bool send_file(int fd, int file, off_t size);
 static void close_lingering(int fd);
 /* ---- end shared: blocking_decls ---- */
 
-/* This model's own functions, defined after the loop that calls them. */
 static void on_child(int sig);
 static void reap_children(void);
 static pid_t spawn_child(int fd, pid_t parent);

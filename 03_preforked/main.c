@@ -13,8 +13,7 @@
  * What it gains: no fork() per connection, one Redis connection per worker.
  * What it costs: the pool size is the concurrency limit. N idle keep-alive
  * clients hold all N workers; the rest wait until the 5 s idle timeout.
- * Where it breaks: when clients outnumber workers; a bigger pool moves the
- * limit at the price of a process per worker.
+ * Where it breaks: when clients outnumber workers (more cost processes).
  *
  * Diff with: 02_forking/main.c and 05_prethreaded/main.c (a pool of threads).
  * Run: ZEROHTTPD_WORKERS=32 ./preforked [port [redis-host [redis-port]]]
@@ -253,7 +252,8 @@ static int64_t now_ms(void);
 
 /* ---- shared: blocking_decls ---- */
 /* Serving one connection, blocking: the same in 01-05 and defined below, in
- * this order. The model above calls the first four. */
+ * this order, after the model's own functions. The model calls the first
+ * four. */
 static int accept_client(void);
 static void serve_connection(int fd, struct redis *rd);
 static void redis_free(struct redis *rd);
@@ -283,7 +283,6 @@ static bool send_file(int fd, int file, off_t size);
 static void close_lingering(int fd);
 /* ---- end shared: blocking_decls ---- */
 
-/* This model's own functions, defined after the loop that calls them. */
 static pid_t spawn_worker(const sigset_t *mask, pid_t parent);
 static void replace_workers(int n, const sigset_t *mask, pid_t parent);
 

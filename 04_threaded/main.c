@@ -2,9 +2,8 @@
  * 04_threaded: one detached thread per connection.
  *
  * The model. The main thread accepts; for every connection it starts a
- * detached pthread that serves that client to the end and exits. Far cheaper
- * than fork(): the address space is shared, and nothing is left to reap.
- * Shared state must be safe to share: here, read-only settings and atomics.
+ * detached pthread that serves that client to the end and exits: no fork(),
+ * nothing to reap. Shared state must be safe to share (read-only or atomic).
  *
  * One request's life:
  *   main:   accept() -> pthread_create(serve_client) -> accept() ...
@@ -14,8 +13,7 @@
  * What it costs: a stack per client (THREAD_STACK, 64 KiB: the default 8 MiB
  * would reserve 117 GiB for 15,000 clients) and a Redis connection each.
  * Where it breaks: at the thread limit (pid_max, 32768) pthread_create()
- * fails and the client is dropped; long before, the scheduler juggles
- * thousands of threads that mostly wait.
+ * fails and drops the client; long before, the scheduler juggles threads.
  *
  * Diff with: 03_preforked/main.c and 05_prethreaded/main.c (a pool).
  * Run: ./threaded [port [redis-host [redis-port]]] from the repo root.
@@ -256,7 +254,8 @@ static int64_t now_ms(void);
 
 /* ---- shared: blocking_decls ---- */
 /* Serving one connection, blocking: the same in 01-05 and defined below, in
- * this order. The model above calls the first four. */
+ * this order, after the model's own functions. The model calls the first
+ * four. */
 static int accept_client(void);
 static void serve_connection(int fd, struct redis *rd);
 static void redis_free(struct redis *rd);
@@ -286,7 +285,6 @@ static bool send_file(int fd, int file, off_t size);
 static void close_lingering(int fd);
 /* ---- end shared: blocking_decls ---- */
 
-/* This model's own functions, defined after the loop that calls them. */
 static void *serve_client(void *arg);
 
 static void serve_forever(void)
@@ -295,7 +293,7 @@ static void serve_forever(void)
     if (pthread_attr_init(&attr) != 0 ||
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) != 0 ||
         pthread_attr_setstacksize(&attr, THREAD_STACK) != 0)
-        die("pthread_attr");
+        die("pthread setup");
     while (!stop_requested) {
         pthread_t thread;
         int fd = accept_client();

@@ -258,7 +258,8 @@ static int64_t now_ms(void);
 
 /* ---- shared: blocking_decls ---- */
 /* Serving one connection, blocking: the same in 01-05 and defined below, in
- * this order. The model above calls the first four. */
+ * this order, after the model's own functions. The model calls the first
+ * four. */
 static int accept_client(void);
 static void serve_connection(int fd, struct redis *rd);
 static void redis_free(struct redis *rd);
@@ -288,7 +289,6 @@ static bool send_file(int fd, int file, off_t size);
 static void close_lingering(int fd);
 /* ---- end shared: blocking_decls ---- */
 
-/* This model's own functions, defined after the loop that calls them. */
 static void *pool_thread(void *arg);
 
 /* Held by the one thread that is in accept(); the others queue on it. */
