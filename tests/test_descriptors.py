@@ -1,6 +1,6 @@
 """Out of descriptors: EMFILE slows accepting, it never kills the server.
 
-DESIGN.md promises it; this shows it for every model. The server is started
+Every server promises it; this shows it for every model. The server is started
 with an open-file limit of NOFILE (RLIMIT_NOFILE, for it and its children
 only), one client keeps a connection, and then SURPLUS clients, far more
 than the limit, each connect and ask for a page and stay connected. Where
