@@ -337,10 +337,9 @@ static pid_t spawn_worker(const sigset_t *mask, pid_t parent)
     _exit(0);
 }
 
-/* Refills the slot of every worker that has exited. */
+/* Refills the slot of every worker that has exited. (LAB supervisor) */
 static void replace_workers(int n, const sigset_t *mask, pid_t parent)
 {
-    /* LAB supervisor BEGIN */
     for (pid_t pid = waitpid(-1, NULL, WNOHANG); pid > 0;
          pid = waitpid(-1, NULL, WNOHANG))
         for (int i = 0; i < n; i++)
@@ -349,7 +348,6 @@ static void replace_workers(int n, const sigset_t *mask, pid_t parent)
                     fprintf(stderr, "worker %d exited; replacing it\n", pid);
                 workers[i] = spawn_worker(mask, parent);
             }
-    /* LAB supervisor END */
 }
 
 /* ===== Serving one connection, blocking: the same in 01-05 ===== */
