@@ -1165,7 +1165,7 @@ static bool redis_connect(void)
 
 /* Queues c's next command (sent at the end of this loop iteration, with
  * everyone else's) and parks c in the FIFO until its reply. Redis down and
- * not yet due for a retry: 503 at once. */
+ * not yet due for a retry: 503 at once. (LAB redis-fifo) */
 static void redis_queue(struct conn *c, int argc, const char *const argv[])
 {
     struct redis *rd = &loop.redis;

@@ -27,6 +27,7 @@ file first; `tools/lab grade --help` says more.
 import argparse
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -38,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 from processes import (Binary, RedisServer, ServerProcess,  # noqa: E402
-                       descendants, proc_stat, process_table)
+                       proc_stat, process_table)
 
 SLOW = float(os.environ.get("TIMEOUT", "1") or 1)  # wait multiplier
 
@@ -64,6 +65,7 @@ class Lab:
             (self.site / name).symlink_to(REPO / name)
         self.redis = RedisServer(self.workdir / "redis").start()
         self.servers = []
+        self.stalled = False
 
     def start(self, env=None, nofile=None):
         """Start the server (its stderr kept in the work dir); it is
@@ -72,6 +74,12 @@ class Lab:
                                env=env, nofile=nofile)
         self.servers.append(server)
         return server
+
+    def stall_redis(self):
+        """SIGSTOP the lab's own Redis: connections stay open, nothing is
+        answered. It resumes when the check ends."""
+        os.kill(self.redis.proc.pid, signal.SIGSTOP)
+        self.stalled = True
 
     @staticmethod
     def expect(condition, seen):
@@ -86,6 +94,8 @@ class Lab:
                 pass  # the check already failed or did not care
             finally:
                 server.cleanup()
+        if self.stalled:
+            os.kill(self.redis.proc.pid, signal.SIGCONT)
         self.redis.stop()
 
 
