@@ -26,6 +26,7 @@ file first; `tools/lab grade --help` says more.
 
 import argparse
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -67,11 +68,13 @@ class Lab:
         self.servers = []
         self.stalled = False
 
-    def start(self, env=None, nofile=None):
-        """Start the server (its stderr kept in the work dir); it is
-        stopped, and its processes killed, when the check ends."""
-        server = ServerProcess(self.binary, self.site, self.redis.port,
-                               env=env, nofile=nofile)
+    def start(self, env=None, nofile=None, binary=None):
+        """Start the server (or another binary, e.g. the reference); its
+        stderr is kept in the work dir, and it is stopped, its processes
+        killed, when the check ends."""
+        which = Binary(binary) if binary else self.binary
+        server = ServerProcess(which, self.site, self.redis.port, env=env,
+                               nofile=nofile)
         self.servers.append(server)
         return server
 
@@ -152,6 +155,32 @@ def cpu_ticks(pid):
     """utime + stime of a process, all its threads, in clock ticks."""
     stat = proc_stat(pid)
     return stat[3] if stat else 0
+
+
+def user_ticks(pid):
+    """utime alone: the CPU a process spent in its own code, in ticks."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return int(text[text.rindex(")") + 2:].split()[11])
+
+
+def build_reference(server_dir, into):
+    """The reference server of a lab (e.g. "06_poll"), built with the same
+    flags as the student's, to measure both in one run."""
+    model = server_dir.split("_", 1)[1]
+    binary = Path(into) / "reference" / model
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["make", "-s", "--no-print-directory", "-C", str(REPO),
+                    "lab-bin", f"LAB_SRC={REPO / server_dir / 'main.c'}",
+                    f"LAB_BIN={binary}", f"LAB_MODEL={model}"], check=True)
+    return binary
+
+
+def raise_open_file_limit():
+    """Soft RLIMIT_NOFILE up to the hard limit, for this grader and the
+    servers it starts (thousands of idle clients)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
 
 
 def wait_for(measure, wanted, limit):
