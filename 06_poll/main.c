@@ -767,7 +767,9 @@ static void conn_read(struct conn *c)
         conn_want(c, c->w.events & ~EV_READ);
         return;
     }
-    if (!c->buf && !(c->buf = malloc(CONN_BUF_SIZE))) {
+    if (!c->buf)
+        c->buf = malloc(CONN_BUF_SIZE);
+    if (!c->buf) {
         conn_close(c);
         return;
     }
