@@ -60,10 +60,9 @@ class Lab:
     def __init__(self, binary, workdir):
         self.binary = Binary(binary)
         self.workdir = Path(workdir)
-        self.site = self.workdir / "site"  # public/ and templates/ as links
-        self.site.mkdir()
-        for name in ("public", "templates"):
-            (self.site / name).symlink_to(REPO / name)
+        self.site = self.workdir / "site"  # copies of public/, templates/
+        for name in ("public", "templates"):  # (a few KiB; a check may add)
+            shutil.copytree(REPO / name, self.site / name)
         self.redis = RedisServer(self.workdir / "redis").start()
         self.servers = []
         self.stalled = False
@@ -120,6 +119,13 @@ def get(port, path="/", keep=None, timeout=5.0):
     head, _, body = data.partition(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/") else 0
     return status, body
+
+
+def big_file(lab, size=8 << 20):
+    """A file under the lab's public/ larger than any socket buffer, so
+    that sending it needs the socket to drain many times: its URL path."""
+    (lab.site / "public" / "big.bin").write_bytes(os.urandom(size))
+    return "/big.bin"
 
 
 def idle_clients(port, count):

@@ -7,7 +7,7 @@ set -euo pipefail
 
 PACKAGES=(
     build-essential redis-server uthash-dev liburing-dev
-    apache2-utils nginx wrk curl strace
+    apache2-utils nginx wrk curl strace patch
     python3 python3-pytest python3-matplotlib
     clang clang-format libclang-rt-14-dev
 )
