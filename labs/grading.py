@@ -10,8 +10,9 @@ A grader (labs/<lab>/grade.py) is a list of checks:
     def no_zombies(lab):
         server = lab.start()              # the server under grading
         ...
-        lab.expect(zombies <= 2, f"{zombies} zombies")
+        lab.expect(zombies == 0, f"{zombies} zombies")
 
+    grader.still_serves(20)               # the usual last check
     grader.main()                         # runs them, prints, exits
 
 Each check gets a fresh server (lab.start()) and a fresh Redis; a check
@@ -128,6 +129,18 @@ def big_file(lab, size=8 << 20):
     return "/big.bin"
 
 
+def keepalive_load(lab, port, requests, concurrency=50):
+    """`ab -k` for / with `requests` over `concurrency` connections; every
+    request must succeed."""
+    done = subprocess.run(
+        ["ab", "-q", "-k", "-n", str(requests), "-c", str(concurrency), "-s",
+         str(int(seconds(30))), f"http://127.0.0.1:{port}/"],
+        capture_output=True, text=True, timeout=seconds(120))
+    lab.expect(done.returncode == 0 and "Failed requests:        0"
+               in done.stdout, "ab failed: " + done.stdout[-300:] +
+               done.stderr[-300:])
+
+
 def idle_clients(port, count):
     """`count` connections that connect and send nothing (an idle
     keep-alive client, or a slowloris before its first byte)."""
@@ -237,6 +250,19 @@ class Grader:
             self.checks.append((points, title, function))
             return function
         return register
+
+    def still_serves(self, points, env=None):
+        """The check most labs end with: the pages and the guestbook are
+        still served, and the server stops cleanly (exit 0, its summary, no
+        process left, no sanitizer report)."""
+        @self.check(points, "pages and the guestbook still served; a clean "
+                    "stop")
+        def still_serves(lab):
+            server = lab.start(env=env)
+            for path in ("/", "/guestbook", "/style.css"):
+                status, _ = get(server.port, path)
+                lab.expect(status == 200, f"GET {path} answered {status}")
+            server.stop()
 
     def main(self):
         parser = argparse.ArgumentParser(

@@ -1,10 +1,8 @@
 #!/usr/bin/env python3
 """Grader for the lookup lab (labs/lookup/README.md)."""
 
-import subprocess
-
-from grading import (Grader, build_reference, get, idle_clients,  # labs/
-                     raise_open_file_limit, seconds, user_ticks)
+from grading import (Grader, build_reference, idle_clients,  # labs/
+                     keepalive_load, raise_open_file_limit, user_ticks)
 
 IDLE = 5000  # idle keep-alive clients beside the busy ones
 REQUESTS = 20000  # keep-alive requests for /, 50 at a time
@@ -16,16 +14,11 @@ def user_cpu_under_load(lab, binary=None):
     """The server's user CPU (ticks) for REQUESTS with IDLE clients open."""
     server = lab.start(binary=binary)
     idle = idle_clients(server.port, IDLE)
-    url = f"http://127.0.0.1:{server.port}/"
     before = user_ticks(server.pid)
-    done = subprocess.run(["ab", "-q", "-k", "-n", str(REQUESTS), "-c", "50",
-                           "-s", str(int(seconds(30))), url],
-                          capture_output=True, text=True, timeout=seconds(120))
+    keepalive_load(lab, server.port, REQUESTS)
     ticks = user_ticks(server.pid) - before
     for s in idle:
         s.close()
-    lab.expect(done.returncode == 0 and "Failed requests:        0"
-               in done.stdout, "ab failed: " + done.stdout[-300:])
     server.stop()
     return ticks
 
@@ -42,13 +35,7 @@ def lookup_is_cheap(lab):
     return f"{yours} ticks against the reference's {ref}"
 
 
-@grader.check(30, "pages and the guestbook still served; a clean stop")
-def still_serves(lab):
-    server = lab.start()
-    for path in ("/", "/guestbook", "/style.css"):
-        status, _ = get(server.port, path)
-        lab.expect(status == 200, f"GET {path} answered {status}")
-    server.stop()
+grader.still_serves(30)
 
 
 if __name__ == "__main__":
