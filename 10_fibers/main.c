@@ -29,9 +29,11 @@
  * ~0.5 us. Each stack is mmap'd with a PROT_NONE guard page below it, so an
  * overflow faults at once instead of overwriting a neighbour; it is unmapped
  * when its client leaves.
- * Epoll is one-shot: a parking fiber arms its fd for the one event it wants
- * (one epoll_ctl() per wait), so every event the loop sees is awaited by
- * its fiber and none is stale. Redis is as in 06-08: one non-blocking link
+ * Epoll is level-triggered, as in 07, and a fiber's fd asks for what the
+ * fiber last waited for: a keep-alive client parks on readability again
+ * and again with no epoll_ctl(); readiness it does not wait for (bytes
+ * pipelined while it waits for Redis) turns the asking off until it does.
+ * Redis is as in 06-08: one non-blocking link
  * per loop, commands pipelined, a FIFO of parked fibers woken in reply
  * order. A fiber reads its reply in rd->reply before it next parks; fibers
  * switch only when they park, so no one can overwrite it first.
@@ -39,7 +41,8 @@
  * What it gains: 05's code at 07's scale: thousands of clients in one
  * thread, no locks, and a wait costs a switch, not a kernel thread's sleep.
  * What it costs: a stack per client (FIBER_STACK of address space; only
- * the pages touched are resident), an epoll_ctl() per wait, and a switch.
+ * the pages touched are resident), spread over memory where 07's state is
+ * a few hundred bytes, so each wake-up touches more cache lines.
  * Where it breaks: fibers are cooperative. Anything that blocks inside one
  * (a disk read that misses the page cache, a blocking library call)
  * stalls every fiber on the loop; a fiber that computes without waiting
@@ -237,7 +240,7 @@ enum watch_kind { W_FIBER, W_REDIS };
 struct watch {
     int fd;               /* -1: none yet */
     enum watch_kind kind; /* who handles its events */
-    unsigned events;      /* Redis: EV_READ | EV_WRITE asked for */
+    unsigned events;      /* EV_READ | EV_WRITE asked for (0: none) */
     bool added;           /* in the epoll set */
 };
 
@@ -272,6 +275,7 @@ struct fiber {
     size_t heap_at;      /* its slot there, or NO_SLOT */
     int send_timeout_ms; /* set_timeout(SO_SNDTIMEO) records it here */
     int client_fd;       /* the client it serves; -1: the acceptor */
+    uint64_t ran;        /* the loop turn it last ran in */
     struct fiber *next;  /* on the run queue or the dead list */
     struct context ctx;  /* its registers while it is not running */
     char *map;           /* mmap'd: a guard page, then the stack */
@@ -318,6 +322,7 @@ struct loop {
     struct fiber **heap;             /* parked with a deadline: min-heap */
     size_t heap_len, heap_cap;
     size_t fibers; /* alive: spawned and not yet done */
+    uint64_t turn; /* epoll_wait() calls so far */
     struct redis redis;
 };
 
@@ -438,7 +443,8 @@ static void context_switch(struct context *from, struct context *to,
                            bool final);
 static bool heap_push(struct fiber *f);
 static void heap_remove(struct fiber *f);
-static bool watch_fd(struct watch *w, uint32_t events);
+static bool watch_fd(struct watch *w, unsigned events);
+static void unwatch_fd(struct watch *w);
 static void redis_event(unsigned events);
 static void redis_send(void);
 static void redis_fail(void);
@@ -454,6 +460,7 @@ static void serve_forever(void)
     static struct epoll_event ready[MAX_EVENTS];
     while (!stop_requested) {
         int n = epoll_wait(loop.epoll_fd, ready, MAX_EVENTS, next_timeout());
+        loop.turn++;
         for (int i = 0; i < n; i++)
             dispatch(&ready[i]);
         expire_timers();
@@ -499,8 +506,11 @@ static void loop_close(void)
     close(server.listen_fd);
 }
 
-/* An fd is ready: wake the fiber armed for it (its fd is one-shot, so it
- * is parked and waiting for exactly this), or let Redis read. */
+/* An fd is ready: wake the fiber waiting for it, or let Redis read. An
+ * event for a fiber that ran since epoll_wait() looked may be stale (it may
+ * have read the bytes): skip it; level-triggered, it comes again if true.
+ * Readiness nobody waits for stops being asked for (a hang-up, reported
+ * whatever is asked, drops the fd from the set) until the fiber waits. */
 static void dispatch(const struct epoll_event *ev)
 {
     struct watch *w = ev->data.ptr;
@@ -512,8 +522,15 @@ static void dispatch(const struct epoll_event *ev)
         return;
     }
     struct fiber *f = (struct fiber *)w;
-    if (f->state == F_PARKED && f->waiting != 0)
+    if (f->state == F_DONE || f->ran == loop.turn)
+        return;
+    if (f->state == F_PARKED && (events & (f->waiting | EV_ERROR)) &&
+        f->waiting != 0)
         fiber_wake(f, false);
+    else if (events & EV_ERROR)
+        unwatch_fd(&f->w);
+    else if (!watch_fd(&f->w, f->waiting))
+        unwatch_fd(&f->w);
 }
 
 /* Milliseconds to the earliest deadline (a parked fiber's, the Redis
@@ -633,6 +650,7 @@ static void fiber_resume(struct fiber *f)
 {
     assert(loop.current == NULL && f->state != F_DONE);
     loop.current = f;
+    f->ran = loop.turn;
     f->state = F_RUNNING;
     context_switch(&loop.ctx, &f->ctx, false);
     loop.current = NULL;
@@ -665,25 +683,21 @@ static void fiber_wake(struct fiber *f, bool timed_out)
     loop.ready_end = f;
 }
 
-/* The one way a fiber waits: arm fd (if any) for one event, put a deadline
- * on the heap, park. True when the fd became ready; false on the deadline,
- * a stop request, or no room to wait. One-shot: the fd reports once, then
- * is disarmed until the next wait, so no event arrives unasked for. */
+/* The one way a fiber waits: ask epoll for fd's readiness (if there is an
+ * fd; a system call only when that changes), put a deadline on the heap,
+ * park. True when the fd became ready; false on the deadline, a stop
+ * request, or no room to wait. */
 static bool fiber_wait(int fd, unsigned events, int64_t deadline)
 {
     struct fiber *f = loop.current;
     if (stop_requested)
         return false;
     if (fd >= 0 && f->w.fd != fd) {
-        if (f->w.added) /* a different fd (never, today): leave the old */
-            epoll_ctl(loop.epoll_fd, EPOLL_CTL_DEL, f->w.fd, NULL);
+        unwatch_fd(&f->w); /* a different fd (never, today) */
         f->w.fd = fd;
-        f->w.added = false;
     }
-    uint32_t armed = (events & EV_READ ? EPOLLIN : 0) |
-                     (events & EV_WRITE ? EPOLLOUT : 0) | EPOLLONESHOT;
     f->deadline = deadline;
-    if ((fd >= 0 && !watch_fd(&f->w, armed)) || !heap_push(f))
+    if ((fd >= 0 && !watch_fd(&f->w, events)) || !heap_push(f))
         return false;
     f->waiting = events;
     fiber_park();
@@ -858,16 +872,29 @@ static void heap_remove(struct fiber *f)
     heap_fix(i);
 }
 
-/* Asks epoll for `events` on w's fd: added the first time, modified after
- * (a one-shot fd must be re-armed even when asking for the same). */
-static bool watch_fd(struct watch *w, uint32_t events)
+/* Asks to hear of `events` on w's fd (0: none for now; errors always
+ * come). One epoll_ctl() when the interest changes, nothing otherwise. */
+static bool watch_fd(struct watch *w, unsigned events)
 {
-    struct epoll_event ev = {.events = events, .data.ptr = w};
+    if (w->added && w->events == events)
+        return true;
+    struct epoll_event ev = {.events = (events & EV_READ ? EPOLLIN : 0) |
+                                       (events & EV_WRITE ? EPOLLOUT : 0),
+                             .data.ptr = w};
     if (epoll_ctl(loop.epoll_fd, w->added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD,
                   w->fd, &ev) < 0)
         return false;
     w->added = true;
+    w->events = events;
     return true;
+}
+
+/* Out of the set: a hang-up nobody waits for, or before another fd. */
+static void unwatch_fd(struct watch *w)
+{
+    if (w->added)
+        epoll_ctl(loop.epoll_fd, EPOLL_CTL_DEL, w->fd, NULL);
+    w->added = false;
 }
 
 /* ----- The waits 05's code makes, as fibers make them ----- */
@@ -1028,11 +1055,10 @@ static bool redis_connect(struct redis *rd)
     setsockopt(rd->w.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     rd->connecting = true;
     rd->deadline = now_ms() + REDIS_TIMEOUT_MS;
-    rd->w.events = EV_READ | EV_WRITE;
     if ((connect(rd->w.fd, (struct sockaddr *)&server.redis_addr,
                  server.redis_addr_len) < 0 &&
          errno != EINPROGRESS) ||
-        !watch_fd(&rd->w, EPOLLIN | EPOLLOUT)) {
+        !watch_fd(&rd->w, EV_READ | EV_WRITE)) {
         redis_fail();
         return false;
     }
@@ -1045,6 +1071,7 @@ static void redis_disconnect(struct redis *rd)
         close(rd->w.fd); /* which also leaves the epoll set */
     rd->w.fd = -1;
     rd->w.added = false;
+    rd->w.events = 0;
     rd->sent = 0;
 }
 
@@ -1163,13 +1190,8 @@ static void redis_send(void)
     }
     if (rd->sent == rd->out.len)
         rd->sent = rd->out.len = 0;
-    unsigned want = EV_READ | (rd->out.len ? EV_WRITE : 0);
-    if (want != rd->w.events &&
-        !watch_fd(&rd->w, EPOLLIN | (rd->out.len ? EPOLLOUT : 0))) {
+    if (!watch_fd(&rd->w, EV_READ | (rd->out.len ? EV_WRITE : 0)))
         redis_fail();
-        return;
-    }
-    rd->w.events = want;
 }
 
 /* The Redis fd is ready: finish a connect, take replies. (What is queued
