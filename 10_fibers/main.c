@@ -29,20 +29,26 @@
  * ~0.5 us. Each stack is mmap'd with a PROT_NONE guard page below it, so an
  * overflow faults at once instead of overwriting a neighbour; it is unmapped
  * when its client leaves.
+ *
  * Epoll is level-triggered, as in 07, and a fiber's fd asks for what the
  * fiber last waited for: a keep-alive client parks on readability again
  * and again with no epoll_ctl(); readiness it does not wait for (bytes
  * pipelined while it waits for Redis) turns the asking off until it does.
- * Redis is as in 06-08: one non-blocking link
- * per loop, commands pipelined, a FIFO of parked fibers woken in reply
- * order. A fiber reads its reply in rd->reply before it next parks; fibers
- * switch only when they park, so no one can overwrite it first.
+ *
+ * Redis, as in 06-08: one non-blocking link per loop, commands pipelined,
+ * a FIFO of parked fibers woken in reply order (rather than a fiber-aware
+ * lock around one round trip at a time, which would queue every page's
+ * three round trips behind everyone else's). A fiber reads its reply in
+ * rd->reply before it next parks; fibers switch only when they park, so
+ * no one can overwrite it first. A reply overdue by REDIS_TIMEOUT_MS fails
+ * the link: every waiter answers 503, and reconnects back off.
  *
  * What it gains: 05's code at 07's scale: thousands of clients in one
  * thread, no locks, and a wait costs a switch, not a kernel thread's sleep.
  * What it costs: a stack per client (FIBER_STACK of address space; only
  * the pages touched are resident), spread over memory where 07's state is
- * a few hundred bytes, so each wake-up touches more cache lines.
+ * a few hundred bytes, so each wake-up touches more cache lines; and a new
+ * client pays for its stack (mmap, mprotect, page faults, munmap).
  * Where it breaks: fibers are cooperative. Anything that blocks inside one
  * (a disk read that misses the page cache, a blocking library call)
  * stalls every fiber on the loop; a fiber that computes without waiting
