@@ -5,7 +5,7 @@ with an open-file limit of NOFILE (RLIMIT_NOFILE, for it and its children
 only), one client keeps a connection, and then SURPLUS clients, far more
 than the limit, each connect and ask for a page and stay connected. Where
 one process holds every client (threaded, prethreaded, poll, epoll,
-io_uring) that process runs out; iterative, forking and preforked never hold
+io_uring, fibers) that process runs out; iterative, forking and preforked never hold
 more than a few descriptors per process, and the same checks show they
 still cope with the crowd. While the crowd is held: the server lives, the
 kept client is answered promptly, and the server sleeps instead of retrying
