@@ -1,4 +1,5 @@
-"""What only the event-loop servers (poll, epoll, io_uring) promise.
+"""What only the event-loop servers (poll, epoll, io_uring; and fibers, an
+event loop from outside) promise.
 
 One thread serves everyone, so nothing one client (or Redis) does may hold up
 the others: 10,000 idle keep-alive connections, a reader that stops reading,
@@ -23,7 +24,7 @@ from processes import (RedisServer, ServerProcess, fd_count, settled,
 from rawhttp import (HOST, SMALL_RCVBUF, Connection, assert_html_error,
                      assert_prompt, assert_recovers, get)
 
-pytestmark = pytest.mark.models("poll", "epoll", "io_uring")
+pytestmark = pytest.mark.models("poll", "epoll", "io_uring", "fibers")
 
 IDLE_CLIENTS = 10_000
 FD_MARGIN = 512  # descriptors beyond the idle clients: ours, the server's
