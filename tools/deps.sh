@@ -3,7 +3,7 @@
 # the servers, Redis for the guestbook, load generators and nginx for the
 # sweep, Python with pytest and matplotlib for tests and charts; taskset
 # (util-linux) for pinned sweeps, ssh and sshd for multi-host sweeps (the test
-# runs a private sshd on 127.0.0.1; the system sshd is never started).
+# runs a private sshd on 127.0.0.1 and never uses the system one).
 # Quiet and quick when everything is present, so `make test` can always call it.
 set -euo pipefail
 
