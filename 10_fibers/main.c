@@ -603,7 +603,8 @@ static void acceptor(void)
 
 /* A new fiber on the run queue: its stack mmap'd with a guard page below
  * (stacks grow down), which faults on overflow. MAP_NORESERVE: the stack
- * costs address space, and memory only as its pages are touched. */
+ * costs address space, and memory only as its pages are touched.
+ * (LAB fibers) */
 static bool fiber_spawn(int client_fd)
 {
     struct fiber *f = calloc(1, sizeof *f);
@@ -777,7 +778,8 @@ __asm__(".pushsection .text\n"
 
 /* A new stack as the switch expects to find it: six zero registers, then
  * fiber_main as the return address, then a null "caller" above it, placed
- * so that fiber_main starts with the stack aligned as after a call. */
+ * so that fiber_main starts with the stack aligned as after a call.
+ * (LAB fibers) */
 static bool context_init(struct context *c, char *stack, size_t size)
 {
     void **top = (void **)(stack + size); /* page-aligned */

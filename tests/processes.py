@@ -384,6 +384,21 @@ def token():
     return "t" + uuid.uuid4().hex[:11]
 
 
+def guarded_stacks(pid):
+    """How many rw-p mappings sit right above a one-page ---p mapping: a
+    stack and its guard. (Shared libraries' ---p gaps are counted too, the
+    same before and after, so tests compare differences.)"""
+    page = resource.getpagesize()
+    maps = []
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        fields = line.split()
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        maps.append((start, end, fields[1]))
+    return sum(1 for (s1, e1, p1), (s2, _, p2) in zip(maps, maps[1:])
+               if p1 == "---p" and e1 - s1 == page and e1 == s2
+               and p2 == "rw-p")
+
+
 def fd_count(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 

@@ -9,11 +9,10 @@ an rw-p mapping with a one-page ---p (PROT_NONE) mapping right below it.
 import resource
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
-from processes import fd_count, settled, wait_for_fds
+from processes import fd_count, guarded_stacks, settled, wait_for_fds
 from rawhttp import Connection, assert_prompt, get
 
 pytestmark = pytest.mark.models("fibers")
@@ -33,21 +32,6 @@ def enough_descriptors():
                            (max(soft, WANTED_FDS), hard))
     yield
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
-def guarded_stacks(pid):
-    """How many rw-p mappings sit right above a one-page ---p mapping: a
-    stack and its guard. (Shared libraries' ---p gaps are counted too, the
-    same before and after, so tests compare differences.)"""
-    page = resource.getpagesize()
-    maps = []
-    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-        fields = line.split()
-        start, end = (int(x, 16) for x in fields[0].split("-"))
-        maps.append((start, end, fields[1]))
-    return sum(1 for (s1, e1, p1), (s2, _, p2) in zip(maps, maps[1:])
-               if p1 == "---p" and e1 - s1 == page and e1 == s2
-               and p2 == "rw-p")
 
 
 def test_1000_concurrent_keep_alive_clients_are_all_served(server):
