@@ -1,19 +1,17 @@
 /*
  * 09_reuseport: one epoll event loop per core (the multi-reactor).
  *
- * The model. 07_epoll's loop, unchanged, runs in N threads at once (one per
- * CPU it may use; ZEROHTTPD_LOOPS=1..256 sets N). Each loop owns all it
- * touches: its epoll fd, its own listening socket, connections, timers,
- * Redis link and FIFO, and its counters. They are `static __thread`, so
- * 07's code finds its own copy in each thread: no locks, nothing mutable
- * shared. The N listeners share the port through SO_REUSEPORT: the kernel
- * picks one for each new connection by a hash of its 4-tuple (addresses,
- * ports), and the connection lives in that loop until it closes. nginx does
- * the same with processes (`worker_processes auto; listen 80 reuseport;`);
- * threads keep one binary and one summary. main() starts the loops, waits
- * for SIGINT or SIGTERM in sigwait(), and stops them.
- * Within a loop, as in 07: all sockets are non-blocking; the loop asks the
- * kernel which of them are ready, and advances each ready
+ * The model. 07_epoll's loop runs in N threads (one per CPU it may use, or
+ * ZEROHTTPD_LOOPS=1..256), each on its own `static __thread` state: epoll
+ * fd, listener, connections, timers, Redis link and FIFO, counters. No
+ * locks; nothing mutable is shared. The listeners share the port through
+ * SO_REUSEPORT: the kernel hands each new connection to one of them by a
+ * hash of its 4-tuple (addresses, ports), for the connection's life. nginx
+ * does this with processes (`worker_processes auto; listen 80 reuseport;`);
+ * threads keep one binary and one summary. main() only starts the loops,
+ * waits in sigwait() for SIGINT or SIGTERM, and stops them.
+ * Each loop serves its clients alone. All sockets are non-blocking;
+ * the loop asks the kernel which of them are ready, and advances each ready
  * one as far as it goes without waiting: read what has arrived and resume the
  * parser, write until the socket is full, hand a guestbook request to Redis
  * and move on. Nothing ever blocks, so a slow client (or a slow Redis) delays
@@ -40,19 +38,16 @@
  *      a FIFO; each reply moves the request a step (INCR, GET), then the page
  *   -> keep-alive: back to reading, under the idle timer
  *
- * What it gains: every core, with 07's code: N loops never wait for each
+ * What it gains: every core, with 07's code: the loops never wait for each
  * other (no shared accept queue, lock or cache line), and a CPU-heavy page
- * stalls only its own loop's clients. One accept queue per loop also ends
- * the thundering herd.
- * What it costs: N times the fixed state (an epoll fd, a listener, a Redis
- * connection per loop); a connection never moves, so the spread is only as
- * even as the hash (uneven at low connection counts, and a few busy
- * keep-alive clients may land on one loop while another idles).
+ * stalls only its own loop's clients.
+ * What it costs: an epoll fd, a listener and a Redis link per loop; a
+ * connection never moves, so the load is as even as the hash: uneven at low
+ * connection counts, and a few busy keep-alive clients may share one loop.
  * Where it breaks: the hash is blind. A loop stalled by a slow page still
- * gets its 1/N of new connections, which wait in its queue while others
- * idle; the next step is steering: SO_INCOMING_CPU (the loop on the CPU that
- * took the packet) or a BPF program (SO_ATTACH_REUSEPORT_EBPF) choosing the
- * listener. Past the cores, Redis (one thread) and the NIC are the limit.
+ * gets its 1/N of new connections, which wait while other loops idle. Next
+ * step: steering, by SO_INCOMING_CPU (the loop on the CPU that took the
+ * packet) or a BPF program choosing the listener (SO_ATTACH_REUSEPORT_EBPF).
  *
  * Diff with: 07_epoll/main.c (one loop per thread: the __thread state, the
  * listeners, main()), 03_preforked/main.c (N processes on one listener).
@@ -311,8 +306,7 @@ struct loop {
 };
 /* ---- end shared: event_state ---- */
 
-/* One loop thread, as main() sees it: set up before the thread starts,
- * read after it ends, so no lock is needed. */
+/* A loop, as main() sees it: set before it starts, read after it ends. */
 struct loop_thread {
     pthread_t id;
     struct server server; /* main's, with this loop's listen_fd and stats */
@@ -327,8 +321,7 @@ static __thread volatile sig_atomic_t stop_requested; /* WAKE_SIGNAL's flag */
 static struct loop_thread loops[MAX_LOOPS];
 static void on_stop_signal(int sig); /* start-up's: sets stop_requested */
 static int nloops;
-static sigset_t wake_mask; /* a loop's mask in epoll_pwait: only WAKE_SIGNAL
-                              gets through (SIGINT and SIGTERM are main's) */
+static sigset_t wake_mask; /* in epoll_pwait: all but WAKE_SIGNAL blocked */
 
 /* ===== What the model uses from the app below ===== */
 
@@ -539,9 +532,8 @@ static int wait_for_events(struct event *ev, int max, int timeout_ms)
     return n > 0 ? n : 0;
 }
 
-/* A loop thread: main's settings, with its own listener and counters, and
- * main's signal mask (SIGINT and SIGTERM blocked: they are main's), then
- * 07's loop on this thread's own state until main wakes it. */
+/* A loop thread: main's settings with its own listener and counters, and
+ * main's mask (SIGINT and SIGTERM are main's); 07's loop until woken. */
 static void *loop_main(void *arg)
 {
     struct loop_thread *self = arg;
@@ -607,23 +599,24 @@ static void loops_start(int n)
             loops[nloops].server.listen_fd = open_reuseport_listener();
         loops[nloops].server.stats = &loops[nloops].stats;
     }
-    for (int i = 0; i < n; i++)
-        if ((errno = pthread_create(&loops[i].id, NULL, loop_main, &loops[i])))
+    for (int i = 0; i < n; i++) {
+        errno = pthread_create(&loops[i].id, NULL, loop_main, &loops[i]);
+        if (errno != 0)
             die("pthread_create");
+    }
 }
 
-/* main's part while the loops serve: wait for SIGINT or SIGTERM (one that
- * came before the mask has set main's flag), wake each loop, wait for it
- * to close its listener, connections and Redis, and add up its counts. */
+/* main's part: wait for SIGINT or SIGTERM (or see one that came earlier),
+ * wake each loop, join it (it closes all it owns), add up its counts. */
 static void loops_stop(void)
 {
     sigset_t stop = wake_mask; /* SIGINT and SIGTERM */
     int sig;
-    if (!stop_requested && (errno = sigwait(&stop, &sig)) != 0)
-        die("sigwait");
-    for (int i = 0; i < nloops; i++)
-        if ((errno = pthread_kill(loops[i].id, WAKE_SIGNAL)) != 0)
-            die("pthread_kill");
+    errno = stop_requested ? 0 : sigwait(&stop, &sig);
+    for (int i = 0; i < nloops && errno == 0; i++)
+        errno = pthread_kill(loops[i].id, WAKE_SIGNAL);
+    if (errno != 0)
+        die("stopping the loops");
     for (int i = 0; i < nloops; i++) {
         pthread_join(loops[i].id, NULL); /* ours, not joined: cannot fail */
         server.stats->served += loops[i].stats.served;

@@ -28,7 +28,8 @@ SURPLUS = 150  # clients beyond the kept one: more than twice the limit
 # The models in which one process accepts and holds every client: there the
 # crowd must run it out of descriptors (not every client can be held at
 # once), or the test shows nothing.
-ONE_PROCESS = ("threaded", "prethreaded", "poll", "epoll", "io_uring")
+ONE_PROCESS = ("threaded", "prethreaded", "poll", "epoll", "io_uring",
+               "reuseport")
 PROMPT = 1.0  # seconds: the kept client's answer while the crowd is held
 QUIET = 0.3  # seconds without news from the crowd: the server has settled
 SETTLE_LIMIT = 5.0  # seconds at most for the crowd to be accepted or queued
