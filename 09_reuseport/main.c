@@ -321,7 +321,7 @@ static __thread volatile sig_atomic_t stop_requested; /* WAKE_SIGNAL's flag */
 static struct loop_thread loops[MAX_LOOPS];
 static void on_stop_signal(int sig); /* start-up's: sets stop_requested */
 static int nloops;
-static sigset_t wake_mask; /* in epoll_pwait: all but WAKE_SIGNAL blocked */
+static sigset_t wake_mask; /* epoll_pwait's: SIGINT, SIGTERM (main's) only */
 
 /* ===== What the model uses from the app below ===== */
 
