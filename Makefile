@@ -2,7 +2,7 @@
 # `make test` and `make sweep` install what they need first (see tools/deps.sh).
 
 SERVERS := iterative forking preforked threaded prethreaded poll epoll io_uring \
-           reuseport
+           reuseport fibers
 SRCS    := $(wildcard [0-9][0-9]_*/main.c)
 # A server is built when its source exists: [0-9][0-9]_NAME/main.c.
 src_of   = $(wildcard [0-9][0-9]_$(1)/main.c)
@@ -20,7 +20,7 @@ LDLIBS_io_uring := -luring
 PORT        ?= 8000
 
 .PHONY: all asan check-sync sync-shared format format-check deps test demo sweep \
-        sweep-full fuzz soak clean
+        sweep-full fuzz soak lab grade lab-bin clean
 all: $(BINS)
 asan: $(ASAN)
 
@@ -52,6 +52,7 @@ test: deps
 	$(MAKE) all asan check-sync format-check
 	fuzz/run --check
 	py=$$(tools/python pytest) && "$$py" -m pytest tests/ -v -rs $(PYTEST_ARGS)
+	tools/lab check
 
 demo: deps
 	$(MAKE) all
@@ -79,6 +80,19 @@ soak: deps
 	$(MAKE) all
 	py=$$(tools/python) && "$$py" loadtest/soak --no-build $(SOAK_ARGS)
 
+# Labs (labs/README.md): `make lab LAB=zombies` writes the starter into
+# labs/work/zombies/; `make grade LAB=zombies [SRC=path/main.c]` builds it and
+# prints the score. lab-bin is how tools/lab builds with the flags above.
+lab:
+	$(if $(LAB),,$(error usage: make lab LAB=name (tools/lab list)))
+	tools/lab starter $(LAB)
+grade: deps
+	$(if $(LAB),,$(error usage: make grade LAB=name [SRC=path/main.c]))
+	tools/lab grade $(LAB) $(if $(SRC),--src $(SRC))
+lab-bin:
+	$(CC) $(CFLAGS) -o $(LAB_BIN) $(LAB_SRC) $(LDLIBS) $(LDLIBS_$(LAB_MODEL))
+
 clean:
 	rm -f $(SERVERS)
-	rm -rf asan fuzz/build .pytest_cache tests/__pycache__ loadtest/__pycache__
+	rm -rf asan fuzz/build labs/work .pytest_cache tests/__pycache__ \
+	       loadtest/__pycache__ labs/__pycache__

@@ -319,7 +319,7 @@ static pid_t spawn_child(int fd, pid_t parent)
     _exit(0);
 }
 
-/* Collects every child that has exited, so none stays a zombie. */
+/* Collects every exited child, so none stays a zombie. (LAB zombies) */
 static void reap_children(void)
 {
     while (waitpid(-1, NULL, WNOHANG) > 0)

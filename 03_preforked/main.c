@@ -289,8 +289,8 @@ static void replace_workers(int n, const sigset_t *mask, pid_t parent);
 static pid_t workers[MAX_WORKERS]; /* the pool, 0 for an empty slot */
 
 /* The parent blocks SIGCHLD, SIGINT and SIGTERM and takes them one at a
- * time in sigwait(): no handler runs, and none can slip in unseen between
- * a check and the wait. The workers get the old mask back. */
+ * time in sigwait(): no handler runs, nothing slips in between a check and
+ * the wait (a stop before the mask set the flag). Workers get the old mask. */
 static void serve_forever(void)
 {
     int n = env_number("ZEROHTTPD_WORKERS", DEFAULT_WORKERS, 1, MAX_WORKERS);
@@ -308,7 +308,7 @@ static void serve_forever(void)
         if (workers[i] < 0)
             die("fork");
     }
-    while (sig == SIGCHLD)
+    while (sig == SIGCHLD && !stop_requested)
         if (sigwait(&wait_for, &sig) == 0 && sig == SIGCHLD)
             replace_workers(n, &old, parent);
     for (int i = 0; i < n; i++)
@@ -337,7 +337,7 @@ static pid_t spawn_worker(const sigset_t *mask, pid_t parent)
     _exit(0);
 }
 
-/* Refills the slot of every worker that has exited. */
+/* Refills the slot of every worker that has exited. (LAB supervisor) */
 static void replace_workers(int n, const sigset_t *mask, pid_t parent)
 {
     for (pid_t pid = waitpid(-1, NULL, WNOHANG); pid > 0;

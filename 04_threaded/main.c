@@ -88,7 +88,7 @@
 #ifdef __SANITIZE_ADDRESS__
 #define THREAD_STACK (1 << 20) /* ASan's red zones need room */
 #else
-#define THREAD_STACK (64 * 1024) /* a request needs a few KiB of stack */
+#define THREAD_STACK (64 * 1024) /* a request needs a few KiB (LAB stacks) */
 #endif
 
 /* ===== Types ===== */

@@ -92,7 +92,7 @@
 #ifdef __SANITIZE_ADDRESS__
 #define THREAD_STACK (1 << 20) /* ASan's red zones need room */
 #else
-#define THREAD_STACK (64 * 1024) /* a request needs a few KiB of stack */
+#define THREAD_STACK (64 * 1024) /* a request needs a few KiB (LAB stacks) */
 #endif
 
 /* ===== Types ===== */
@@ -295,7 +295,8 @@ static void *pool_thread(void *arg);
 static pthread_mutex_t accept_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* SIGINT and SIGTERM are blocked before the pool starts, so the threads
- * inherit the mask and only the main thread takes them, in sigwait(). */
+ * inherit the mask and only the main thread takes them, in sigwait() (a
+ * stop that came before the mask has set the flag: no wait then). */
 static void serve_forever(void)
 {
     int n = env_number("ZEROHTTPD_THREADS", DEFAULT_THREADS, 1, MAX_THREADS);
@@ -317,7 +318,7 @@ static void serve_forever(void)
             die("pthread_create");
     }
     pthread_attr_destroy(&attr);
-    while (sigwait(&stops, &sig) != 0)
+    while (!stop_requested && sigwait(&stops, &sig) != 0)
         ;
     stop_requested = 1;
     shutdown(server.listen_fd, SHUT_RD); /* wakes the thread in accept() */

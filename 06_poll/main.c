@@ -479,7 +479,7 @@ static bool watch_fd(struct watch *w, unsigned events)
         }
         w->slot = (int)polled.n++;
         polled.fds[w->slot] = (struct pollfd){.fd = w->fd};
-        HASH_ADD_INT(polled.by_fd, fd, w);
+        HASH_ADD_INT(polled.by_fd, fd, w); /* (LAB lookup) */
         w->added = true;
     }
     polled.fds[w->slot].events = (short)((events & EV_READ ? POLLIN : 0) |
@@ -488,7 +488,7 @@ static bool watch_fd(struct watch *w, unsigned events)
     return true;
 }
 
-/* The last entry moves into the hole, so the array stays dense. */
+/* The last entry fills the hole: the array stays dense. (LAB lookup) */
 static void unwatch_fd(struct watch *w)
 {
     struct watch *moved;
@@ -506,7 +506,7 @@ static void unwatch_fd(struct watch *w)
  * of them. poll() copies and checks all n entries, and we scan them all for
  * revents and look each ready fd up by fd: O(n) per call, n the open fds.
  * With more than max ready, the next scan starts after the last one taken,
- * so the fds at the end of the array are not passed over every time.
+ * so that the array's tail is not passed over each time. (LAB lookup)
  * Returns 0 on a timeout or a signal. */
 static int wait_for_events(struct event *ev, int max, int timeout_ms)
 {
@@ -767,7 +767,9 @@ static void conn_read(struct conn *c)
         conn_want(c, c->w.events & ~EV_READ);
         return;
     }
-    if (!c->buf && !(c->buf = malloc(CONN_BUF_SIZE))) {
+    if (!c->buf)
+        c->buf = malloc(CONN_BUF_SIZE);
+    if (!c->buf) {
         conn_close(c);
         return;
     }
@@ -1165,7 +1167,7 @@ static bool redis_connect(void)
 
 /* Queues c's next command (sent at the end of this loop iteration, with
  * everyone else's) and parks c in the FIFO until its reply. Redis down and
- * not yet due for a retry: 503 at once. */
+ * not yet due for a retry: 503 at once. (LAB redis-fifo) */
 static void redis_queue(struct conn *c, int argc, const char *const argv[])
 {
     struct redis *rd = &loop.redis;

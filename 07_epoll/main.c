@@ -459,7 +459,7 @@ static void backend_init(void)
 }
 
 /* Asks to hear of `events` on w's fd (0: none for now; errors always come).
- * One epoll_ctl() when the interest changes, nothing otherwise. */
+ * One epoll_ctl() when the interest changes, nothing otherwise. (LAB edge) */
 static bool watch_fd(struct watch *w, unsigned events)
 {
     if (w->added && w->events == events)
@@ -744,7 +744,9 @@ static void conn_read(struct conn *c)
         conn_want(c, c->w.events & ~EV_READ);
         return;
     }
-    if (!c->buf && !(c->buf = malloc(CONN_BUF_SIZE))) {
+    if (!c->buf)
+        c->buf = malloc(CONN_BUF_SIZE);
+    if (!c->buf) {
         conn_close(c);
         return;
     }
@@ -1142,7 +1144,7 @@ static bool redis_connect(void)
 
 /* Queues c's next command (sent at the end of this loop iteration, with
  * everyone else's) and parks c in the FIFO until its reply. Redis down and
- * not yet due for a retry: 503 at once. */
+ * not yet due for a retry: 503 at once. (LAB redis-fifo) */
 static void redis_queue(struct conn *c, int argc, const char *const argv[])
 {
     struct redis *rd = &loop.redis;

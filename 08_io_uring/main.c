@@ -583,13 +583,16 @@ static void backend_init(void)
 
 /* The next submission slot, its user_data the owner's address | kind. A
  * full ring is submitted early. Entries are issued in the order queued:
- * closing a descriptor behind the operations that name it relies on it. */
+ * closing a descriptor behind the operations that name it relies on it.
+ * Nothing is submitted here otherwise: the loop submits once a turn, for
+ * every client at once (that is the batching). (LAB batching) */
 static struct io_uring_sqe *new_sqe(void *owner, enum op op)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&loop.ring);
     if (!sqe) {
         int err = io_uring_submit(&loop.ring);
-        if (!(sqe = io_uring_get_sqe(&loop.ring))) {
+        sqe = io_uring_get_sqe(&loop.ring);
+        if (!sqe) {
             errno = err < 0 ? -err : EBUSY; /* the ring itself is broken */
             die("io_uring_submit");
         }

@@ -877,7 +877,9 @@ static void conn_read(struct conn *c)
         conn_want(c, c->w.events & ~EV_READ);
         return;
     }
-    if (!c->buf && !(c->buf = malloc(CONN_BUF_SIZE))) {
+    if (!c->buf)
+        c->buf = malloc(CONN_BUF_SIZE);
+    if (!c->buf) {
         conn_close(c);
         return;
     }
@@ -1275,7 +1277,7 @@ static bool redis_connect(void)
 
 /* Queues c's next command (sent at the end of this loop iteration, with
  * everyone else's) and parks c in the FIFO until its reply. Redis down and
- * not yet due for a retry: 503 at once. */
+ * not yet due for a retry: 503 at once. (LAB redis-fifo) */
 static void redis_queue(struct conn *c, int argc, const char *const argv[])
 {
     struct redis *rd = &loop.redis;

@@ -12,7 +12,11 @@ little things each of them needs around that.
     with command() for seeding.
   - start_server(): one zerohttpd server, up once it prints its listening
     line; start_nginx(): nginx with a config the caller writes.
-  - parse_ab(): ApacheBench's report as a dict, or into a record.
+  - parse_ab(), parse_wrk(): ApacheBench's or wrk's report as a dict, or
+    into a record.
+  - Place: where a process runs, on which CPUs (taskset) and on which host;
+    SSHHost: a host reached over ssh, where processes are started and
+    stopped by PID as here (RemoteProcess).
   - raise_open_file_limit(), stop_signals(), build(), pick_servers(),
     require_tools(), fail(), command_output(), first_match(), tool_version().
 
@@ -21,14 +25,17 @@ Python 3 standard library only. The scripts import it with
 """
 
 import contextlib
+import io
 import os
 import re
 import resource
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -36,6 +43,10 @@ ROOT = Path(__file__).resolve().parent.parent  # the repo: binaries, public/
 START_TIMEOUT = 10.0  # seconds for a server, redis or nginx to come up
 STOP_GRACE = 10.0  # seconds after the stop signal before SIGKILL
 BUILD_TIMEOUT = 600  # seconds for `make all`
+LOCAL_ADDRESS = "127.0.0.1"  # where this machine's processes listen
+SSH_TIMEOUT = 20.0  # seconds for one command over ssh (most take a few ms
+#                     over the master connection)
+REMOTE_POLL = 0.05  # seconds between looks at a remote process
 
 
 class StartError(RuntimeError):
@@ -61,6 +72,9 @@ def spawn(argv, **kwargs):
 def kill_group(proc):
     """SIGKILL the process group of a process we started (its session, so
     its pgid is its PID): workers that outlived their parent too."""
+    if isinstance(proc, RemoteProcess):
+        proc.kill_group()
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
 
@@ -77,7 +91,8 @@ def stop(proc, sig=signal.SIGTERM, grace=STOP_GRACE):
         except subprocess.TimeoutExpired:
             code = None
     kill_group(proc)
-    proc.wait()
+    with contextlib.suppress(subprocess.TimeoutExpired):  # a host gone
+        proc.wait()
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
             pipe.close()
@@ -101,6 +116,8 @@ def describe_exit(code):
     """An exit code as stop() returns it, in words."""
     if code is None:
         return f"still running {STOP_GRACE:.0f} s after SIGTERM"
+    if isinstance(code, str):  # a RemoteProcess: its exit code is unknown
+        return code
     if code < 0:
         return f"killed by {signal.Signals(-code).name}"
     return f"exit {code}"
@@ -114,11 +131,16 @@ def stop_signals(handler):
         signal.signal(sig, handler)
 
 
-def free_port():
-    """A port nobody listens on right now (the kernel picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(place=None):
+    """A port nobody listens on right now (the kernel picks it). For a
+    remote place, one that nothing there accepts on either."""
+    while True:
+        with socket.socket() as s:
+            s.bind((LOCAL_ADDRESS, 0))
+            port = s.getsockname()[1]
+        if place is None or place.host is None or not accepts(port,
+                                                              place.address):
+            return port
 
 
 def wait_until(ready, proc, what, timeout=START_TIMEOUT):
@@ -135,10 +157,10 @@ def wait_until(ready, proc, what, timeout=START_TIMEOUT):
     raise StartError(f"{what} did not start in {timeout:.0f} s")
 
 
-def accepts(port):
-    """Does something accept connections on 127.0.0.1:port?"""
+def accepts(port, address=LOCAL_ADDRESS):
+    """Does something accept connections on address:port?"""
     try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        socket.create_connection((address, port), timeout=1).close()
         return True
     except OSError:
         return False
@@ -152,17 +174,315 @@ def raise_open_file_limit():
     return hard
 
 
+# ===== Where a process runs: CPUs and hosts =====
+
+def cpu_list(text):
+    """"0-2,5" (the kernel's and taskset's syntax) as [0, 1, 2, 5];
+    ValueError if it is not such a list."""
+    cpus = set()
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        first, last = int(low), int(high) if dash else int(low)
+        if first < 0 or last < first:
+            raise ValueError(f"bad CPU range {part!r}")
+        cpus.update(range(first, last + 1))
+    return sorted(cpus)
+
+
+def cpu_text(cpus):
+    """[0, 1, 2, 5] as "0-2,5"."""
+    ranges = []
+    for cpu in sorted(cpus):
+        if ranges and ranges[-1][1] == cpu - 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in ranges)
+
+
+def online_cpus():
+    """The CPUs this machine has online, as the kernel lists them."""
+    return cpu_list(Path("/sys/devices/system/cpu/online").read_text())
+
+
+class Place:
+    """Where one process runs: on this machine (host None) or on an SSHHost,
+    on the given CPUs (taskset -c; None: wherever the kernel likes).
+    Processes at every place are started with start() and stopped with
+    stop(), by PID."""
+
+    def __init__(self, cpus=None, host=None):
+        self.cpus = cpus
+        self.host = host
+
+    def argv(self, argv):
+        """argv pinned to the CPUs: taskset execs it, so the PID is its."""
+        pin = ["taskset", "-c", cpu_text(self.cpus)] if self.cpus else []
+        return pin + [str(arg) for arg in argv]
+
+    @property
+    def address(self):
+        """Where this machine reaches a process here."""
+        return self.host.address if self.host else LOCAL_ADDRESS
+
+    def address_from(self, other):
+        """Where a process at Place `other` reaches a process here."""
+        if self.host:
+            return self.host.address
+        return other.host.our_address if other.host else LOCAL_ADDRESS
+
+    def folder(self, local):
+        """Where its files go: `local` here, the host's scratch folder
+        there."""
+        return self.host.workdir if self.host else str(local)
+
+    def where(self):
+        """" on user@host" for messages, or nothing here."""
+        return f" on {self.host.target}" if self.host else ""
+
+    def describe(self):
+        where = self.host.target if self.host else "this machine"
+        pinned = (f"CPU {cpu_text(self.cpus)} (taskset -c)" if self.cpus
+                  else "any CPU")
+        return f"{where}, {pinned}"
+
+    def start(self, argv, log_path, banner="", unset=()):
+        """Start argv from the repo root, its output appended to log_path
+        (here) or to the file of that name in the host's folder (there),
+        after the banner line; variables in `unset` removed from its
+        environment. Returns the process (a RemoteProcess there)."""
+        if self.host:
+            return self.host.start(self.argv(argv), Path(log_path).name,
+                                   banner, unset)
+        env = {k: v for k, v in os.environ.items() if k not in unset}
+        with open(log_path, "ab") as log:
+            log.write(banner.encode())
+            log.flush()
+            return spawn(self.argv(argv), env=env, stdout=log,
+                         stderr=subprocess.STDOUT)
+
+
+class RemoteError(RuntimeError):
+    """A command over ssh failed; the message says which and why."""
+
+
+# What SSHHost.probe() runs there: facts as `key=value` lines. Its
+# scratch folder is made here too (mktemp), and removed by close().
+PROBE = r"""
+printf 'connection=%s\n' "$SSH_CONNECTION"
+printf 'online=%s\n' "$(cat /sys/devices/system/cpu/online)"
+printf 'kernel=%s\n' "$(uname -r)"
+printf 'cpu=%s\n' "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+printf 'workdir=%s\n' "$(mktemp -d /tmp/zerohttpd-sweep.XXXXXX)"
+for tool in $TOOLS; do
+    command -v "$tool" >/dev/null || printf 'missing=%s\n' "$tool"
+done
+for name in $FILES; do
+    test -e "$DIR/$name" || printf 'absent=%s\n' "$name"
+done
+"""
+
+
+class SSHHost:
+    """A host reached with ssh. connect() opens one master connection that
+    every later command shares (ControlMaster: a command then costs a few
+    milliseconds, not a new login); probe() learns its addresses and CPUs
+    and makes a scratch folder there; start() runs a process there by PID;
+    close() fetches that folder into a local one, removes it there and
+    closes the connection. Processes are started from suite_dir, the repo
+    on that host."""
+
+    def __init__(self, target, ssh_options, suite_dir, control_path):
+        self.target = target  # [user@]host, as given
+        self.ssh_options = list(ssh_options)  # -p PORT, -F FILE, -o K=V ...
+        self.suite_dir = str(suite_dir)
+        self.control_path = str(control_path)  # the master's socket, here
+        self.master = None  # the `ssh -M -N` process, here
+        self.address = None  # the host, as this machine reaches it
+        self.our_address = None  # this machine, as the host sees it
+        self.workdir = None  # scratch folder there: logs, nginx.conf
+        self.facts = {}  # what probe() found
+
+    def ssh_argv(self, command):
+        return (["ssh"] + self.ssh_options +
+                ["-o", f"ControlPath={self.control_path}",
+                 "-o", "ControlMaster=no", self.target, command])
+
+    def run(self, command, data=b"", timeout=SSH_TIMEOUT):
+        """Run a shell command there, with data on its stdin; the
+        CompletedProcess (bytes). A connection that hangs counts as ssh's
+        own failure (255)."""
+        try:
+            return subprocess.run(self.ssh_argv(command), input=data,
+                                  capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(command, 255, b"",
+                                               b"ssh: timed out")
+
+    def output(self, command, data=b""):
+        """stdout of a command there; RemoteError if it fails."""
+        done = self.run(command, data)
+        if done.returncode != 0:
+            said = done.stderr.decode(errors="replace").strip()
+            raise RemoteError(f"ssh {self.target} {command.strip()[:60]!r}: "
+                              f"exit {done.returncode}: {said[-300:]}")
+        return done.stdout.decode(errors="replace")
+
+    def connect(self, log_path):
+        """Open the master connection (BatchMode: never a password prompt);
+        StartError with ssh's own words if it cannot."""
+        with open(log_path, "ab") as log:
+            self.master = spawn(
+                ["ssh"] + self.ssh_options +
+                ["-M", "-N", "-o", "ControlMaster=yes", "-o",
+                 f"ControlPath={self.control_path}", "-o", "ControlPersist=no",
+                 self.target], stdout=log, stderr=subprocess.STDOUT)
+        forget(self.master)  # close() stops it, after what runs through it
+        try:
+            wait_until(lambda: os.path.exists(self.control_path),
+                       self.master, f"ssh {self.target}", SSH_TIMEOUT)
+        except StartError as e:
+            said = Path(log_path).read_text(errors="replace").strip()
+            raise StartError(f"{e}: {said[-300:]}") from None
+
+    def probe(self, tools, files):
+        """Addresses (from $SSH_CONNECTION), online CPUs, kernel, CPU model;
+        a scratch folder; which of `tools` are missing and which of `files`
+        (paths in suite_dir) are absent. Returns the facts as a dict of
+        lists."""
+        script = (f"DIR={shlex.quote(self.suite_dir)}; "
+                  f"TOOLS={shlex.quote(' '.join(tools))}; "
+                  f"FILES={shlex.quote(' '.join(files))}\n" + PROBE)
+        facts = {}
+        for line in self.output("sh -s", script.encode()).splitlines():
+            key, _, value = line.partition("=")
+            facts.setdefault(key, []).append(value)
+        self.facts = facts
+        self.workdir = facts["workdir"][0]
+        self.our_address, _, self.address, _ = facts["connection"][0].split()
+        return facts
+
+    def online_cpus(self):
+        return cpu_list(self.facts["online"][0])
+
+    def describe(self):
+        f = self.facts
+        return (f"{self.target}: address {self.address}, "
+                f"{f['cpu'][0] or 'CPU unknown'}, CPUs online "
+                f"{f['online'][0]}, Linux {f['kernel'][0]}; suite at "
+                f"{self.suite_dir}; this machine seen from there as "
+                f"{self.our_address}")
+
+    def write(self, name, text):
+        """A file in the scratch folder there."""
+        self.output(f"cat > {shlex.quote(self.workdir + '/' + name)}",
+                    text.encode())
+
+    def start(self, argv, log_name, banner="", unset=()):
+        """argv from suite_dir, in a session of its own (setsid), its
+        output appended to log_name in the scratch folder, the open-file
+        limit raised to the hard limit as here. Returns a RemoteProcess."""
+        q = shlex.quote
+        log = q(f"{self.workdir}/{log_name}")
+        command = " ".join(["env"] + [f"-u{name}" for name in unset] +
+                           [q(arg) for arg in argv])
+        script = (f"cd {q(self.suite_dir)} || exit 1\n"
+                  'ulimit -n "$(ulimit -Hn)" 2>/dev/null\n'
+                  f"printf %s {q(banner)} >> {log}\n"
+                  # in the background of a non-interactive shell the child
+                  # leads no process group, so setsid does not fork: $! is
+                  # the PID of what argv runs
+                  f"setsid {command} >> {log} 2>&1 < /dev/null &\n"
+                  "echo $!\n")
+        pid = self.output(script).strip()
+        if not pid.isdigit():
+            raise StartError(f"{argv[0]} on {self.target}: no PID ({pid!r})")
+        proc = RemoteProcess(self, int(pid))
+        STARTED.append(proc)
+        return proc
+
+    def close(self, local_folder):
+        """Fetch the scratch folder's files into local_folder, remove it
+        there, stop the master connection. Never raises: it runs while
+        cleaning up."""
+        if self.workdir:
+            done = self.run(f"tar -C {shlex.quote(self.workdir)} -cf - .")
+            if done.returncode == 0:
+                untar_files(done.stdout, Path(local_folder))
+            else:
+                print(f"warning: could not fetch the logs from "
+                      f"{self.target}: {done.stderr.decode().strip()}")
+            self.run(f"rm -rf {shlex.quote(self.workdir)}")
+            self.workdir = None
+        if self.master is not None:
+            stop(self.master, grace=STOP_GRACE)
+            self.master = None
+
+
+def untar_files(data, folder):
+    """The regular files at the top of a tar archive (bytes), into folder;
+    anything else (folders, links, paths with /) is left out."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar.getmembers():
+            name = member.name.removeprefix("./")
+            if member.isfile() and name and "/" not in name:
+                (folder / name).write_bytes(tar.extractfile(member).read())
+
+
+class RemoteProcess:
+    """A process started on an SSHHost, known by its PID there. It answers
+    the part of subprocess.Popen that stop() uses. It is not our child, so
+    its exit code is unknown: poll() says where it was once it is gone."""
+
+    stdout = stderr = None  # no pipes to close
+
+    def __init__(self, host, pid):
+        self.host, self.pid = host, pid
+        self.returncode = None
+
+    def poll(self):
+        """None while it runs (or while the host cannot be asked)."""
+        if self.returncode is None:
+            # status 0: it runs; 1: a zombie; 2: no such process
+            done = self.host.run(
+                f"grep -q '^State:[[:space:]]*[^Z]' /proc/{self.pid}/status")
+            if done.returncode in (1, 2):
+                self.returncode = f"exited on {self.host.target}"
+        return self.returncode
+
+    def send_signal(self, sig):
+        self.host.run(f"kill -s {signal.Signals(sig).name[3:]} {self.pid}")
+
+    def wait(self, timeout=SSH_TIMEOUT):
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            time.sleep(REMOTE_POLL)
+        return self.returncode
+
+    def kill_group(self):
+        """SIGKILL its process group (setsid made its PID the group's)."""
+        self.host.run(f"kill -s KILL -- -{self.pid} 2>/dev/null")
+
+
 # ===== Redis =====
 
 class Redis:
     """A private redis-server on a free port, nothing saved to disk, its log
     in workdir/redis.log. start() (again after kill(), on the same port),
-    command(), stop()."""
+    command(), stop(). With a place, it runs there (its log and files in the
+    place's folder) and listens on the bind addresses: those its clients
+    reach it at."""
 
-    def __init__(self, workdir, maxclients=None, backlog=None):
-        self.port = free_port()
+    def __init__(self, workdir, maxclients=None, backlog=None, place=None,
+                 bind=(LOCAL_ADDRESS,)):
+        self.place = place or Place()
+        self.port = free_port(self.place)
+        self.address = self.place.address  # where we send command()s
         self.workdir = Path(workdir)
-        self.options = []
+        self.options = ["--bind", *bind]
         if maxclients is not None:
             self.options += ["--maxclients", str(maxclients)]
         if backlog is not None:
@@ -170,14 +490,13 @@ class Redis:
         self.proc = None
 
     def start(self):
-        with open(self.workdir / "redis.log", "ab") as log:
-            self.proc = spawn(
-                ["redis-server", "--port", str(self.port),
-                 "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                 "--dir", str(self.workdir)] + self.options,
-                stdout=log, stderr=subprocess.STDOUT)
+        self.proc = self.place.start(
+            ["redis-server", "--port", str(self.port), "--save", "",
+             "--appendonly", "no", "--dir", self.place.folder(self.workdir)]
+            + self.options, self.workdir / "redis.log")
         try:
-            wait_until(self.answers, self.proc, "redis-server")
+            wait_until(self.answers, self.proc, "redis-server" +
+                       self.place.where())
         except StartError:
             self.stop()
             raise
@@ -189,7 +508,7 @@ class Redis:
         request = f"*{len(args)}\r\n"
         for arg in map(str, args):
             request += f"${len(arg.encode())}\r\n{arg}\r\n"
-        with socket.create_connection(("127.0.0.1", self.port),
+        with socket.create_connection((self.address, self.port),
                                       timeout=timeout) as s:
             s.sendall(request.encode())
             return s.recv(4096).decode(errors="replace").split("\r\n")[0]
@@ -210,55 +529,59 @@ class Redis:
 
 # ===== The servers and nginx =====
 
-def server_env():
-    env = dict(os.environ)
-    env.pop("ZEROHTTPD_LOG", None)  # logging must never be what we measure
-    return env
-
-
-def start_server(name, redis_port, log_path, label=None):
-    """./NAME port 127.0.0.1 redis-port from the repo root, its output
+def start_server(name, redis_port, log_path, label=None, place=None,
+                 redis_address=LOCAL_ADDRESS):
+    """./NAME port redis-address redis-port from the repo root, its output
     appended to log_path (after a line `--- label, port N ---` if label is
-    given); returns (process, port) once it has printed its listening line.
-    The servers print it after listen(): it accepts from then on. If it
-    does not come up it is stopped, and StartError says why."""
-    port = free_port()
-    with open(log_path, "ab") as log:
-        if label:
-            log.write(f"--- {label}, port {port} ---\n".encode())
-            log.flush()
-        start = log.tell()  # read only what this instance prints
-        proc = spawn([f"./{name}", str(port), "127.0.0.1", str(redis_port)],
-                     env=server_env(), stdout=log, stderr=subprocess.STDOUT)
+    given); returns (process, port) once it has printed its listening line
+    (on another host: once its port accepts). The servers print it after
+    listen(): it accepts from then on. If it does not come up it is stopped,
+    and StartError says why."""
+    place = place or Place()
+    port = free_port(place)
+    banner = f"--- {label}, port {port} ---\n" if label else ""
+    before = log_path.stat().st_size if log_path.exists() else 0
+    proc = place.start([f"./{name}", str(port), redis_address,
+                        str(redis_port)], log_path, banner,
+                       unset=["ZEROHTTPD_LOG"])  # logging must never be
+    #                                                what we measure
     line = f"listening on port {port}\n".encode()
 
     def listening():
+        if place.host:
+            return accepts(port, place.address)
         with open(log_path, "rb") as log:
-            log.seek(start)
+            log.seek(before)  # read only what this instance prints
             return line in log.read()
 
     try:
-        wait_until(listening, proc, f"./{name}")
+        wait_until(listening, proc, f"./{name}" + place.where())
     except StartError:
         stop(proc)
         raise
     return proc, port
 
 
-def start_nginx(prefix, config, logs):
+def start_nginx(prefix, config, logs, place=None):
     """nginx -p prefix, never the system config: config(port) is the text of
     prefix/nginx.conf, listening on port; nginx's output goes to
-    logs/nginx.log and its early errors to logs/nginx-error.log. Returns
-    (process, port) once it accepts."""
-    port = free_port()
-    conf = Path(prefix) / "nginx.conf"
-    conf.write_text(config(port))
-    with open(Path(logs) / "nginx.log", "ab") as log:
-        proc = spawn(["nginx", "-p", str(prefix), "-c", str(conf),
-                      "-e", str(Path(logs) / "nginx-error.log")],
-                     stdout=log, stderr=subprocess.STDOUT)
+    logs/nginx.log and its early errors to logs/nginx-error.log. With a
+    remote place, the same files live in the place's folder there (the
+    config is also kept in prefix, for the record). Returns (process, port)
+    once it accepts."""
+    place = place or Place()
+    port = free_port(place)
+    text = config(port)
+    (Path(prefix) / "nginx.conf").write_text(text)
+    prefix, logs = place.folder(prefix), place.folder(logs)
+    if place.host:
+        place.host.write("nginx.conf", text)
+    proc = place.start(["nginx", "-p", prefix, "-c", f"{prefix}/nginx.conf",
+                        "-e", f"{logs}/nginx-error.log"],
+                       Path(logs) / "nginx.log")
     try:
-        wait_until(lambda: accepts(port), proc, "nginx")
+        wait_until(lambda: accepts(port, place.address), proc,
+                   "nginx" + place.where())
     except StartError:
         stop(proc)
         raise
@@ -301,12 +624,59 @@ def parse_ab(text, into=None):
     return into
 
 
+# ===== wrk =====
+
+WRK_FIELDS = {  # field: pattern in wrk's report (without --script)
+    "complete": r"^\s*(\d+) requests in ",
+    "connect": r"^\s*Socket errors: connect (\d+),",
+    "receive": r"^\s*Socket errors: .* read (\d+),",
+    "write": r"^\s*Socket errors: .* write (\d+),",
+    "timeouts": r"^\s*Socket errors: .* timeout (\d+)$",
+    "non2xx": r"^\s*Non-2xx or 3xx responses: (\d+)$",
+}
+WRK_TIMES = {  # field: pattern of a latency, with its unit
+    "mean_ms": r"^\s*Latency\s+([\d.]+)(us|ms|s|m|h)\s",
+    "p50_ms": r"^\s*50%\s+([\d.]+)(us|ms|s|m|h)$",
+    "p99_ms": r"^\s*99%\s+([\d.]+)(us|ms|s|m|h)$",
+}
+WRK_UNIT_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+
+
+def parse_wrk(text, into=None):
+    """wrk's report (run with --latency) as a dict with parse_ab()'s names:
+    complete, rps, non2xx ("Non-2xx or 3xx responses": in fact status 400
+    and above), the socket errors connect, receive (wrk's "read"), write
+    and timeouts, failed (their sum), and the latencies in ms. With `into`,
+    set them as its attributes and return it instead."""
+    found = {"failed": 0}
+    for field, pattern in WRK_FIELDS.items():
+        match = re.search(pattern, text, re.M)
+        if match:
+            found[field] = int(match.group(1))
+    for field in ("connect", "receive", "write", "timeouts"):
+        found["failed"] += found.get(field, 0)
+    for field, pattern in WRK_TIMES.items():
+        match = re.search(pattern, text, re.M)
+        if match:
+            value, unit = match.groups()
+            found[field] = round(float(value) * WRK_UNIT_MS[unit], 3)
+    rate = re.search(r"^Requests/sec:\s+([\d.]+)", text, re.M)
+    if rate:
+        found["rps"] = float(rate.group(1))
+    if into is None:
+        return found
+    for field, value in found.items():
+        setattr(into, field, value)
+    return into
+
+
 # ===== The command line: build, servers, tools =====
 
-def fail(message):
-    """`PROG: message` on stderr, exit 1 (PROG: sweep, soak, event-bench)."""
+def fail(message, status=1):
+    """`PROG: message` on stderr, exit 1 (PROG: sweep, soak, event-bench);
+    2 for a usage error found after the options were read."""
     print(f"{Path(sys.argv[0]).name}: {message}", file=sys.stderr)
-    sys.exit(1)
+    sys.exit(status)
 
 
 def build():

@@ -17,7 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = ("iterative", "forking", "preforked", "threaded", "prethreaded",
-          "poll", "epoll", "io_uring", "reuseport")
+          "poll", "epoll", "io_uring", "reuseport", "fibers")
 START_TIMEOUT = 10.0  # seconds for a server to print its listening line
 STOP_TIMEOUT = 10.0  # seconds for a server to exit after SIGTERM (ASan is slow)
 CHILD_EXIT_TIMEOUT = 3.0  # seconds for workers to go after their parent

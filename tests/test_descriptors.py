@@ -5,7 +5,7 @@ with an open-file limit of NOFILE (RLIMIT_NOFILE, for it and its children
 only), one client keeps a connection, and then SURPLUS clients, far more
 than the limit, each connect and ask for a page and stay connected. Where
 one process holds every client (threaded, prethreaded, poll, epoll,
-io_uring) that process runs out; iterative, forking and preforked never hold
+io_uring, fibers) that process runs out; iterative, forking and preforked never hold
 more than a few descriptors per process, and the same checks show they
 still cope with the crowd. While the crowd is held: the server lives, the
 kept client is answered promptly, and the server sleeps instead of retrying
@@ -29,7 +29,7 @@ SURPLUS = 150  # clients beyond the kept one: more than twice the limit
 # crowd must run it out of descriptors (not every client can be held at
 # once), or the test shows nothing.
 ONE_PROCESS = ("threaded", "prethreaded", "poll", "epoll", "io_uring",
-               "reuseport")
+               "reuseport", "fibers")
 PROMPT = 1.0  # seconds: the kept client's answer while the crowd is held
 QUIET = 0.3  # seconds without news from the crowd: the server has settled
 SETTLE_LIMIT = 5.0  # seconds at most for the crowd to be accepted or queued

@@ -1,4 +1,5 @@
-"""What only the event-loop servers (poll, epoll, io_uring, reuseport) promise.
+"""What only the event-loop servers (poll, epoll, io_uring, reuseport; and
+fibers, an event loop from outside) promise.
 
 One thread serves everyone (reuseport: each loop's thread serves its own),
 so nothing one client (or Redis) does may hold up the others: 10,000 idle
@@ -24,7 +25,8 @@ from processes import (RedisServer, ServerProcess, fd_count, redis_settle,
 from rawhttp import (HOST, SMALL_RCVBUF, Connection, assert_html_error,
                      assert_prompt, assert_recovers, get)
 
-pytestmark = pytest.mark.models("poll", "epoll", "io_uring", "reuseport")
+pytestmark = pytest.mark.models("poll", "epoll", "io_uring", "reuseport",
+                                "fibers")
 
 IDLE_CLIENTS = 10_000
 FD_MARGIN = 512  # descriptors beyond the idle clients: ours, the server's

@@ -31,12 +31,18 @@ def built_servers(count):
     return built[:count]
 
 
-def run_sweep(out, *options):
-    """loadtest/sweep on `/` with one run per level; returns its output."""
-    done = subprocess.run(
+def sweep_process(out, *options):
+    """loadtest/sweep on `/` (unless options say otherwise) with one run per
+    level, to its end; the CompletedProcess."""
+    return subprocess.run(
         [python_with_matplotlib(), "loadtest/sweep", "--runs", "1",
          "--path", "/", "--out", str(out), "--no-build", *options],
         cwd=REPO, capture_output=True, text=True, timeout=SWEEP_TIMEOUT)
+
+
+def run_sweep(out, *options):
+    """sweep_process() that must succeed; returns its output."""
+    done = sweep_process(out, *options)
     assert done.returncode == 0, (
         f"sweep exited {done.returncode}\nstdout:\n{done.stdout}\n"
         f"stderr:\n{done.stderr}")

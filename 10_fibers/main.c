@@ -1,0 +1,2328 @@
+/*
+ * 10_fibers: blocking-style code on fibers, scheduled by one epoll loop.
+ *
+ * The model. One thread runs one epoll loop and a fiber per client: a
+ * user-level thread with a small stack of its own. The fiber runs 05's
+ * per-client code unchanged (serve_connection, read_request, ... in the
+ * shared blocking_conn block): it reads top to bottom like a blocking
+ * server. Only what that code calls to wait is new. Where 05's thread sleeps
+ * in the kernel, a fiber parks: it notes what it waits for (its socket
+ * readable or writable, a deadline, a Redis reply) and switches to the loop,
+ * which runs other fibers and switches back when epoll or a timer says so.
+ * Go's goroutines, Java's virtual threads and most async runtimes look like
+ * this inside.
+ *
+ * One request's life:
+ *   acceptor fiber: accept4() -> EAGAIN: park on the listener ... a client:
+ *     fiber_spawn() gives it a stack and puts it on the run queue
+ *   client fiber: serve_connection() (05's) -> wait_readable(): park ->
+ *   loop: epoll_wait() says readable -> switch to the fiber -> recv(),
+ *     parse, answer with send(); a full socket parks it on writability
+ *   guestbook: redis_command() queues the command on the loop's one Redis
+ *     link and parks in a FIFO; the loop sends every queued command at once
+ *     and switches to the fiber at the FIFO's head as each reply arrives
+ *
+ * The switch (context_switch) saves the callee-saved registers and the
+ * stack pointer on the old stack and loads the new one's: a dozen x86-64
+ * instructions, a few ns. Other CPUs (or -DFIBER_UCONTEXT) use swapcontext(),
+ * portable but it also saves the signal mask: a system call per switch,
+ * ~0.5 us. Each stack is mmap'd with a PROT_NONE guard page below it, so an
+ * overflow faults at once instead of overwriting a neighbour; it is unmapped
+ * when its client leaves.
+ *
+ * Epoll is level-triggered, as in 07, and a fiber's fd asks for what the
+ * fiber last waited for: a keep-alive client parks on readability again
+ * and again with no epoll_ctl(); readiness it does not wait for (bytes
+ * pipelined while it waits for Redis) turns the asking off until it does.
+ *
+ * Redis, as in 06-08: one non-blocking link per loop, commands pipelined,
+ * a FIFO of parked fibers woken in reply order (rather than a fiber-aware
+ * lock around one round trip at a time, which would queue every page's
+ * three round trips behind everyone else's). A fiber reads its reply in
+ * rd->reply before it next parks; fibers switch only when they park, so
+ * no one can overwrite it first. A reply overdue by REDIS_TIMEOUT_MS fails
+ * the link: every waiter answers 503, and reconnects back off.
+ *
+ * What it gains: 05's code at 07's scale: thousands of clients in one
+ * thread, no locks, and a wait costs a switch, not a kernel thread's sleep.
+ * What it costs: a stack per client (FIBER_STACK of address space; only
+ * the pages touched are resident), spread over memory where 07's state is
+ * a few hundred bytes, so each wake-up touches more cache lines; and a new
+ * client pays for its stack (mmap, mprotect, page faults, munmap).
+ * Where it breaks: fibers are cooperative. Anything that blocks inside one
+ * (a disk read that misses the page cache, a blocking library call)
+ * stalls every fiber on the loop; a fiber that computes without waiting
+ * starves the rest; the stack size is a guess (too small: a deep call hits
+ * the guard page and the server dies; too big: address space runs out).
+ * One core, as 07.
+ *
+ * Diff with: 05_prethreaded/main.c (the same per-client code: a scheduler
+ * replaces the pool), 07_epoll/main.c (the same loop, the app as states).
+ * Run: ./fibers [port [redis-host [redis-port]]] from the repo root.
+ */
+
+/* ===== Includes, constants and limits ===== */
+
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+/* ---- shared: config ---- */
+/* Tunables shared by all eight servers, each with its reason. */
+#define DEFAULT_PORT       8000
+#define DEFAULT_REDIS_HOST "127.0.0.1"
+#define DEFAULT_REDIS_PORT 6379
+#define LISTEN_BACKLOG     16384 /* the kernel caps it at somaxconn */
+#define MAX_HEAD           8192  /* request line + headers, else 431 */
+#define MAX_URI            4096  /* request target, else 414 */
+#define MAX_METHOD         16    /* longer than any method we know */
+#define MAX_BODY           16384 /* POST body, else 413 */
+#define CONN_BUF_SIZE      (MAX_HEAD + MAX_BODY) /* one whole request fits */
+#define IDLE_TIMEOUT_MS    5000        /* keep-alive wait between requests */
+#define REQUEST_TIMEOUT_MS 10000       /* first byte to last byte of one */
+#define LINGER_MS          500         /* drain unread input before close */
+#define LINGER_MAX_BYTES   (64 * 1024) /* ...but no more than this */
+#define REDIS_TIMEOUT_MS   1000        /* connect or reply: 503 after this */
+#define REDIS_READ_SIZE    16384     /* room made for each recv() of replies */
+#define DRAIN_CHUNK        4096      /* lingering: bytes dropped per recv() */
+#define STRBUF_MAX         (4 << 20) /* largest page or Redis reply */
+#define RESP_MAX_LINE      64        /* a RESP type line: type + number */
+#define RESP_MAX_DEPTH     4         /* nested arrays we follow */
+#define RESP_MAX_ITEMS     128       /* strings in one reply */
+#define GUESTBOOK_SHOWN    "100"     /* newest remarks on the page */
+#define MAX_REMARK         2000      /* bytes after decoding, else 400 */
+#define MAX_NAME           100       /* bytes after decoding, else 400 */
+#define PUBLIC_DIR         "public"
+#define TEMPLATE_PATH      "templates/guestbook/index.html"
+#define TEMPLATE_MAX       (256 * 1024) /* refuse a runaway template */
+#define STATUS_CLASSES     6            /* 1xx..5xx, index by status / 100 */
+/* ---- end shared: config ---- */
+
+/* This model's own settings. */
+#define SERVER_NAME          "fibers"
+#define KEEP_ALIVE           true  /* a parked client costs its stack */
+#define ACCEPT_WAKE_MS       1000  /* how late a stop request may be noticed */
+#define SEND_TIMEOUT_MS      10000 /* a reader that stops reading is dropped */
+#define EMFILE_PAUSE_MS      10    /* out of descriptors: wait, then retry */
+#define MAX_EVENTS           1024  /* ready fds handled per wait */
+#define REDIS_BACKOFF_MS     100   /* first reconnect delay, then doubled */
+#define REDIS_BACKOFF_MAX_MS 2000  /* ...up to this */
+#define FIFO_INITIAL         64    /* Redis waiters; the ring doubles */
+#define HEAP_INITIAL         64    /* timer heap slots; doubles */
+#define STOP_ROUNDS          4     /* wake-all passes at a stop (1 suffices) */
+#ifdef __SANITIZE_ADDRESS__
+#define FIBER_STACK (256 * 1024) /* ASan's red zones need room */
+#else
+/* A guess, checked: a client's deepest paths (a 2,000-byte POST, a page,
+ * a 414) touched 4 pages (16 KiB, /proc/PID/smaps); 64 KiB leaves room
+ * for what libc may do deeper down. Only touched pages are resident. */
+#define FIBER_STACK (64 * 1024)
+#endif
+#if !defined(__x86_64__) && !defined(FIBER_UCONTEXT)
+#define FIBER_UCONTEXT /* no hand-written switch for this CPU */
+#endif
+#ifdef FIBER_UCONTEXT
+#include <ucontext.h>
+#endif
+
+/* ===== Types ===== */
+
+/* ---- shared: types ---- */
+enum parse_result { PARSE_AGAIN, PARSE_DONE, PARSE_ERROR };
+
+enum method { METHOD_GET, METHOD_HEAD, METHOD_POST, METHOD_OTHER };
+
+enum parse_state {
+    S_METHOD,     /* reading the method token */
+    S_URI,        /* reading the request target */
+    S_VERSION,    /* reading "HTTP/x.y" */
+    S_REQUEST_LF, /* saw CR after the version */
+    S_HEADER,     /* at the start of a header line (or the blank line) */
+    S_NAME,       /* reading a header name */
+    S_VALUE,      /* reading a header value */
+    S_HEADER_LF,  /* saw CR after a header value */
+    S_BLANK_LF,   /* saw CR on the blank line */
+    S_DONE        /* the head is complete: more bytes are body */
+};
+
+/* One request as the parser sees it. Positions are offsets into the
+ * connection's buffer, which stays put until the request is answered. */
+struct http_request {
+    enum parse_state state; /* where the parser stopped, to resume there */
+    size_t pos;             /* next byte to look at */
+    size_t tok;             /* start of the token being read */
+    size_t name, name_len;  /* the header whose value is being read */
+    size_t value_end;       /* end of that value (before CR) */
+    enum method method;
+    size_t uri, uri_len;
+    int minor;                /* HTTP/1.<minor> */
+    long long content_length; /* -1 when absent */
+    bool has_host, form_type;
+    bool close, keep_alive_asked; /* Connection: close / keep-alive */
+    bool keep_alive;              /* decided once the head is parsed */
+    size_t body;                  /* offset of the first body byte */
+    int status;                   /* the error when PARSE_ERROR */
+};
+
+/* A growable byte buffer, bounded by STRBUF_MAX. */
+struct strbuf {
+    char *data;
+    size_t len, cap;
+};
+
+/* A Redis reply being framed; see resp_parse(). */
+struct resp_reply {
+    size_t pos;                     /* start of the next unparsed element */
+    int depth;                      /* arrays still open */
+    long long left[RESP_MAX_DEPTH]; /* elements each open array still owes */
+    char type;                      /* top-level type: + - : $ * */
+    long long integer;              /* ':' value, or '$'/'*' length */
+    size_t nitems;                  /* strings found, in reply order */
+    struct {
+        size_t off, len;
+    } item[RESP_MAX_ITEMS]; /* where they are in the reply buffer */
+};
+
+/* Requests served, for the summary at the stop. One page mapped MAP_SHARED
+ * and updated with atomics: 02's and 03's child processes and 04's and 05's
+ * threads all count into it (the one-thread servers pay a few cycles). */
+struct stats {
+    unsigned long served;
+    unsigned long by_class[STATUS_CLASSES];
+};
+
+/* What the whole server knows, set up once in main(). */
+struct server {
+    int port;
+    struct sockaddr_storage redis_addr; /* resolved once at start */
+    socklen_t redis_addr_len;
+    int listen_fd;
+    int public_fd;  /* O_PATH handle on public/, root for openat2 */
+    char *template; /* the guestbook page, NULL if unreadable */
+    size_t template_len;
+    bool log; /* ZEROHTTPD_LOG=1 */
+    struct stats *stats;
+};
+
+enum route { ROUTE_STATIC, ROUTE_PAGE, ROUTE_POST, ROUTE_ERROR };
+/* ---- end shared: types ---- */
+
+/* What an epoll event points at: a fiber, or the loop's Redis link. */
+enum watch_kind { W_FIBER, W_REDIS };
+
+/* Readiness as a fiber waits for it (epoll's bits, translated). */
+#define EV_READ  1u
+#define EV_WRITE 2u
+#define EV_ERROR 4u /* error or hang-up: always reported */
+
+/* One fd in the epoll set. */
+struct watch {
+    int fd;               /* -1: none yet */
+    enum watch_kind kind; /* who handles its events */
+    unsigned events;      /* EV_READ | EV_WRITE asked for (0: none) */
+    bool added;           /* in the epoll set */
+};
+
+/* A stopped fiber's registers (or the loop's, while a fiber runs). */
+struct context {
+#ifdef FIBER_UCONTEXT
+    ucontext_t uc;
+#else
+    void *sp; /* the rest is pushed on the stack it points into */
+#endif
+    const void *stack_lo; /* the stack it runs on: ASan must be told */
+    size_t stack_size;
+    void *fake_stack; /* ASan's, kept while switched away */
+};
+
+enum fiber_state {
+    F_READY,   /* on the run queue */
+    F_RUNNING, /* the current fiber */
+    F_PARKED,  /* waiting: for its fd, a deadline, or a Redis reply */
+    F_DONE     /* returned; freed at the end of the loop's turn */
+};
+
+/* One fiber: a client's serve_connection(), or the acceptor. Owned by the
+ * loop; only the fiber itself runs on its stack. */
+struct fiber {
+    struct watch w; /* first: an epoll event's pointer leads here */
+    enum fiber_state state;
+    unsigned waiting;    /* F_PARKED: EV_READ or EV_WRITE (0: no fd) */
+    bool timed_out;      /* woken by its deadline, not by its fd */
+    bool redis_ok;       /* woken from the Redis FIFO: a good reply */
+    int64_t deadline;    /* F_PARKED on the timer heap: when */
+    size_t heap_at;      /* its slot there, or NO_SLOT */
+    int send_timeout_ms; /* set_timeout(SO_SNDTIMEO) records it here */
+    int client_fd;       /* the client it serves; -1: the acceptor */
+    uint64_t ran;        /* the loop turn it last ran in */
+    struct fiber *next;  /* on the run queue or the dead list */
+    struct context ctx;  /* its registers while it is not running */
+    char *map;           /* mmap'd: a guard page, then the stack */
+};
+#define NO_SLOT SIZE_MAX
+
+/* The loop's one Redis link, shared by every fiber. Commands are pipelined
+ * and Redis answers in order, so a FIFO of parked fibers says whose each
+ * reply is. A parked fiber cannot leave, so no slot is ever empty. */
+struct redis {
+    struct watch w;          /* fd -1 while disconnected */
+    bool connecting;         /* connect() in progress */
+    struct strbuf out;       /* commands queued... */
+    size_t sent;             /* ...and how much of them is sent */
+    struct strbuf in;        /* replies as they arrive */
+    struct resp_reply reply; /* the reply framed in `in`: its fiber's */
+    struct fiber **fifo;     /* slot ticket % fifo_cap: a parked fiber */
+    uint64_t head, tail;     /* tickets: the next reply's, the next free */
+    size_t fifo_cap;         /* a power of two */
+    int64_t deadline;        /* connect or reply due by then; 0: none due */
+    int64_t retry_at;        /* disconnected: no new connect before this */
+    int backoff_ms;          /* the next retry delay */
+};
+
+/* One client connection, from accept() to close(). */
+struct conn {
+    int fd;
+    char *buf;  /* CONN_BUF_SIZE bytes: the request(s) read so far */
+    size_t len; /* bytes in buf */
+    struct http_request req;
+    struct strbuf out;  /* the response head (and body, unless a file) */
+    struct strbuf work; /* scratch: the rendered guestbook entries */
+    struct redis *redis;
+};
+
+/* The scheduler and its loop, beside the server. */
+struct loop {
+    int epoll_fd;
+    size_t page;                     /* the guard's size */
+    struct fiber *current;           /* running now; NULL: the loop is */
+    struct context ctx;              /* the loop's, while a fiber runs */
+    struct fiber *ready, *ready_end; /* the run queue, first in first run */
+    struct fiber *dead;              /* done this turn, freed at its end */
+    struct fiber **heap;             /* parked with a deadline: min-heap */
+    size_t heap_len, heap_cap;
+    size_t fibers; /* alive: spawned and not yet done */
+    uint64_t turn; /* epoll_wait() calls so far */
+    struct redis redis;
+};
+
+static struct server server;
+static struct loop loop;
+static volatile sig_atomic_t stop_requested; /* set by SIGINT/SIGTERM */
+
+/* ===== What the model uses from the app below ===== */
+
+/* ---- shared: app_api ---- */
+/* The app every model serves: defined after main(), identical in all eight
+ * files. This is all of it that a model calls. */
+
+/* Start-up (arguments, signals, public/, the template, the listener) and the
+ * summary printed at the stop. */
+static void server_init(int argc, char **argv);
+static int env_number(const char *var, int fallback, int min, int max);
+static void print_summary(void);
+static void die(const char *what);
+
+/* A request: the resumable parser over the connection's buffer, its size,
+ * and what it is for (a file, the guestbook page or form, an error). */
+static void http_request_init(struct http_request *r);
+static enum parse_result http_parse(struct http_request *r, const char *buf,
+                                    size_t len);
+static size_t request_size(const struct http_request *r);
+static enum route route_request(struct http_request *r, const char *buf,
+                                char *path, size_t size);
+
+/* A response: the head, a whole error page or redirect, the count. */
+static bool format_head(struct strbuf *out, const struct http_request *r,
+                        int status, const char *type, size_t length,
+                        const char *extra);
+static bool format_error(struct strbuf *out, const struct http_request *r,
+                         int status, const char *extra);
+static void slash_location(const struct http_request *r, const char *buf,
+                           char *out, size_t size);
+static void count_response(const struct http_request *r, const char *buf,
+                           int status, size_t bytes);
+
+/* A static file beneath public/, and its type. */
+static int open_public(char *path, size_t size, struct stat *st, int *status);
+static const char *mime_type(const char *path);
+
+/* The guestbook: Redis commands out and replies in (RESP), the page. */
+static bool resp_format(struct strbuf *out, int argc, const char *const argv[]);
+static enum parse_result resp_parse(struct resp_reply *r, const char *buf,
+                                    size_t len);
+static bool parse_integer(const char *s, const char *end, long long *out);
+static int guest_entry(const char *body, size_t len, char *entry, size_t size);
+static bool render_remarks(struct strbuf *out, const char *buf,
+                           const struct resp_reply *r);
+static bool render_page(struct strbuf *out, const struct strbuf *remarks,
+                        long long visitors);
+
+/* Growable byte buffers, and the clock every timeout reads. */
+static bool sb_reserve(struct strbuf *b, size_t extra);
+static bool sb_append(struct strbuf *b, const void *data, size_t n);
+static void sb_free(struct strbuf *b);
+static int64_t now_ms(void);
+/* ---- end shared: app_api ---- */
+
+/* ===== The concurrency model: fibers over one epoll loop ===== */
+
+/* ---- shared: blocking_decls ---- */
+/* Serving one connection, blocking: the same in 01-05 and defined below, in
+ * this order, after the model's own functions. The model calls the first
+ * four. */
+static int accept_client(void);
+static void serve_connection(int fd, struct redis *rd);
+static void redis_free(struct redis *rd);
+static void set_timeout(int fd, int option, int ms);
+
+/* One client: read a request, answer it, repeat. */
+static enum parse_result read_request(struct conn *c);
+static bool handle_request(struct conn *c);
+static bool serve_static(struct conn *c, char *path, size_t size);
+static bool serve_guestbook(struct conn *c);
+static bool post_guestbook(struct conn *c);
+static bool respond_error(struct conn *c, int status, const char *extra);
+static bool send_response(struct conn *c, int status, int file, off_t size);
+
+/* Redis: one round trip at a time, waited for. */
+enum redis_outcome { REDIS_OK, REDIS_FAILED, REDIS_GONE };
+static bool redis_command(struct redis *rd, int argc, const char *const argv[]);
+static enum redis_outcome redis_try(struct redis *rd, int argc,
+                                    const char *const argv[]);
+static bool redis_connect(struct redis *rd);
+static void redis_disconnect(struct redis *rd);
+
+/* Socket I/O that waits, each wait bounded by a deadline or a timeout. */
+static bool wait_readable(int fd, int64_t deadline);
+static bool send_all(int fd, const char *data, size_t len, int flags);
+static bool send_file(int fd, int file, off_t size);
+static void close_lingering(int fd);
+/* ---- end shared: blocking_decls ---- */
+
+/* The scheduler, the fibers' waits and the Redis link: defined below in
+ * this order, the loop first. */
+static void loop_init(void);
+static void loop_close(void);
+static void dispatch(const struct epoll_event *ev);
+static int next_timeout(void);
+static void expire_timers(void);
+static void run_ready(void);
+static void free_dead(void);
+static void acceptor(void);
+static bool fiber_spawn(int client_fd);
+static void fiber_main(void);
+static void fiber_resume(struct fiber *f);
+static void fiber_park(void);
+static void fiber_wake(struct fiber *f, bool timed_out);
+static bool fiber_wait(int fd, unsigned events, int64_t deadline);
+static void fiber_sleep(int ms);
+static void fiber_free(struct fiber *f);
+static bool context_init(struct context *c, char *stack, size_t size);
+static void context_switch(struct context *from, struct context *to,
+                           bool final);
+static bool heap_push(struct fiber *f);
+static void heap_remove(struct fiber *f);
+static bool watch_fd(struct watch *w, unsigned events);
+static void unwatch_fd(struct watch *w);
+static void redis_event(unsigned events);
+static void redis_send(void);
+static void redis_fail(void);
+static bool fifo_push(struct redis *rd, struct fiber *f);
+static struct fiber *fifo_pop(struct redis *rd);
+
+/* The loop. Each turn: sleep until an fd is ready or the next deadline,
+ * wake the fibers that waited for it, run every ready fiber until it parks,
+ * send what they gave Redis, free the fibers that ended. A stop request
+ * interrupts the wait (no SA_RESTART). */
+static void serve_forever(void)
+{
+    static struct epoll_event ready[MAX_EVENTS];
+    while (!stop_requested) {
+        int n = epoll_wait(loop.epoll_fd, ready, MAX_EVENTS, next_timeout());
+        loop.turn++;
+        for (int i = 0; i < n; i++)
+            dispatch(&ready[i]);
+        expire_timers();
+        run_ready();
+        redis_send();
+        free_dead();
+    }
+}
+
+/* The listener turns non-blocking (the acceptor fiber parks instead), the
+ * epoll set starts, and so does the acceptor. */
+static void loop_init(void)
+{
+    int flags = fcntl(server.listen_fd, F_GETFL);
+    long page = sysconf(_SC_PAGESIZE);
+    if (flags < 0 || fcntl(server.listen_fd, F_SETFL, flags | O_NONBLOCK) < 0)
+        die("fcntl");
+    loop.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (loop.epoll_fd < 0)
+        die("epoll_create1");
+    loop.page = page > 0 ? (size_t)page : 4096;
+    loop.redis.w = (struct watch){.fd = -1, .kind = W_REDIS};
+    loop.redis.backoff_ms = REDIS_BACKOFF_MS;
+    if (!fiber_spawn(-1))
+        die("fiber_spawn");
+}
+
+/* After a stop: wake every parked fiber. Each sees stop_requested, fails
+ * its wait and returns (as 05's threads do on EINTR); no wait parks once
+ * the flag is set, so one pass ends them all. Then Redis and the rest. */
+static void loop_close(void)
+{
+    for (int round = 0; round < STOP_ROUNDS && loop.fibers > 0; round++) {
+        while (loop.heap_len > 0)
+            fiber_wake(loop.heap[0], true);
+        redis_fail(); /* wakes the Redis FIFO with failures */
+        run_ready();
+        free_dead();
+    }
+    redis_free(&loop.redis);
+    free(loop.heap);
+    close(loop.epoll_fd);
+    close(server.listen_fd);
+}
+
+/* An fd is ready: wake the fiber waiting for it, or let Redis read. An
+ * event for a fiber that ran since epoll_wait() looked may be stale (it may
+ * have read the bytes): skip it; level-triggered, it comes again if true.
+ * Readiness nobody waits for stops being asked for (a hang-up, reported
+ * whatever is asked, drops the fd from the set) until the fiber waits. */
+static void dispatch(const struct epoll_event *ev)
+{
+    struct watch *w = ev->data.ptr;
+    unsigned events = (ev->events & EPOLLIN ? EV_READ : 0) |
+                      (ev->events & EPOLLOUT ? EV_WRITE : 0) |
+                      (ev->events & (EPOLLERR | EPOLLHUP) ? EV_ERROR : 0);
+    if (w->kind == W_REDIS) {
+        redis_event(events);
+        return;
+    }
+    struct fiber *f = (struct fiber *)w;
+    if (f->state == F_DONE || f->ran == loop.turn)
+        return;
+    if (f->state == F_PARKED && (events & (f->waiting | EV_ERROR)) &&
+        f->waiting != 0)
+        fiber_wake(f, false);
+    else if (events & EV_ERROR)
+        unwatch_fd(&f->w);
+    else if (!watch_fd(&f->w, f->waiting))
+        unwatch_fd(&f->w);
+}
+
+/* Milliseconds to the earliest deadline (a parked fiber's, the Redis
+ * reply's), at most ACCEPT_WAKE_MS; 0 when fibers are ready to run. */
+static int next_timeout(void)
+{
+    int64_t now = now_ms(), next = now + ACCEPT_WAKE_MS;
+    if (loop.ready)
+        return 0;
+    if (loop.heap_len > 0 && loop.heap[0]->deadline < next)
+        next = loop.heap[0]->deadline;
+    if (loop.redis.deadline && loop.redis.deadline < next)
+        next = loop.redis.deadline;
+    return next > now ? (int)(next - now) : 0;
+}
+
+/* Wakes the fibers whose deadline has passed (they see a timeout, as 05's
+ * poll() or SO_SNDTIMEO would say); an overdue Redis reply fails the link. */
+static void expire_timers(void)
+{
+    int64_t now = now_ms();
+    while (loop.heap_len > 0 && loop.heap[0]->deadline <= now)
+        fiber_wake(loop.heap[0], true);
+    if (loop.redis.deadline && loop.redis.deadline <= now)
+        redis_fail();
+}
+
+/* Runs the fibers that are ready now, each until it parks or returns.
+ * Fibers made ready meanwhile (a new client) wait for the next turn, so
+ * the loop polls for I/O between batches. */
+static void run_ready(void)
+{
+    struct fiber *f = loop.ready;
+    loop.ready = loop.ready_end = NULL;
+    while (f) {
+        struct fiber *next = f->next;
+        fiber_resume(f);
+        f = next;
+    }
+}
+
+/* An epoll event may still point at a fiber that returned this turn:
+ * fibers are freed only after every event of the turn is handled. */
+static void free_dead(void)
+{
+    while (loop.dead) {
+        struct fiber *f = loop.dead;
+        loop.dead = f->next;
+        fiber_free(f);
+    }
+}
+
+/* ----- Fibers: spawn, switch, park, wake ----- */
+
+/* The acceptor fiber: 05's pool_thread loop, a client fiber per accept. */
+static void acceptor(void)
+{
+    while (!stop_requested) {
+        int fd = accept_client();
+        if (fd >= 0 && !fiber_spawn(fd))
+            close(fd); /* no memory for its stack: refused */
+    }
+}
+
+/* A new fiber on the run queue: its stack mmap'd with a guard page below
+ * (stacks grow down), which faults on overflow. MAP_NORESERVE: the stack
+ * costs address space, and memory only as its pages are touched. */
+static bool fiber_spawn(int client_fd)
+{
+    struct fiber *f = calloc(1, sizeof *f);
+    if (!f)
+        return false;
+    f->map =
+        mmap(NULL, loop.page + FIBER_STACK, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (f->map == MAP_FAILED) {
+        free(f);
+        return false;
+    }
+    if (mprotect(f->map, loop.page, PROT_NONE) < 0 ||
+        !context_init(&f->ctx, f->map + loop.page, FIBER_STACK)) {
+        munmap(f->map, loop.page + FIBER_STACK);
+        free(f);
+        return false;
+    }
+    f->w = (struct watch){.fd = -1, .kind = W_FIBER};
+    f->client_fd = client_fd;
+    f->heap_at = NO_SLOT;
+    f->send_timeout_ms = SEND_TIMEOUT_MS;
+    loop.fibers++;
+    fiber_wake(f, false); /* F_READY: it starts on the next run */
+    return true;
+}
+
+/* Where every fiber starts, on its own stack (the first switch to it lands
+ * here), and where it ends: the loop frees it, never the fiber itself (it
+ * is still running on that stack). Never returns. */
+static void fiber_main(void)
+{
+    struct fiber *f = loop.current;
+#ifdef __SANITIZE_ADDRESS__
+    __sanitizer_finish_switch_fiber(NULL, &loop.ctx.stack_lo,
+                                    &loop.ctx.stack_size);
+#endif
+    if (f->client_fd >= 0)
+        serve_connection(f->client_fd, &loop.redis);
+    else
+        acceptor();
+    f->state = F_DONE;
+    loop.fibers--;
+    context_switch(&f->ctx, &loop.ctx, true);
+    abort(); /* a done fiber is never resumed */
+}
+
+/* From the loop only: run f until it parks or returns. */
+static void fiber_resume(struct fiber *f)
+{
+    assert(loop.current == NULL && f->state != F_DONE);
+    loop.current = f;
+    f->ran = loop.turn;
+    f->state = F_RUNNING;
+    context_switch(&loop.ctx, &f->ctx, false);
+    loop.current = NULL;
+    if (f->state == F_DONE) {
+        f->next = loop.dead;
+        loop.dead = f;
+    }
+}
+
+/* From the current fiber: back to the loop, until someone wakes it. */
+static void fiber_park(void)
+{
+    struct fiber *f = loop.current;
+    f->state = F_PARKED;
+    context_switch(&f->ctx, &loop.ctx, false);
+}
+
+/* Parked -> ready: off the timer heap, onto the run queue's end. */
+static void fiber_wake(struct fiber *f, bool timed_out)
+{
+    heap_remove(f);
+    f->waiting = 0;
+    f->timed_out = timed_out;
+    f->state = F_READY;
+    f->next = NULL;
+    if (loop.ready_end)
+        loop.ready_end->next = f;
+    else
+        loop.ready = f;
+    loop.ready_end = f;
+}
+
+/* The one way a fiber waits: ask epoll for fd's readiness (if there is an
+ * fd; a system call only when that changes), put a deadline on the heap,
+ * park. True when the fd became ready; false on the deadline, a stop
+ * request, or no room to wait. */
+static bool fiber_wait(int fd, unsigned events, int64_t deadline)
+{
+    struct fiber *f = loop.current;
+    if (stop_requested)
+        return false;
+    if (fd >= 0 && f->w.fd != fd) {
+        unwatch_fd(&f->w); /* a different fd (never, today) */
+        f->w.fd = fd;
+    }
+    f->deadline = deadline;
+    if ((fd >= 0 && !watch_fd(&f->w, events)) || !heap_push(f))
+        return false;
+    f->waiting = events;
+    fiber_park();
+    return !f->timed_out;
+}
+
+/* A wait with no fd: only the deadline wakes it. */
+static void fiber_sleep(int ms)
+{
+    fiber_wait(-1, 0, now_ms() + ms);
+}
+
+static void fiber_free(struct fiber *f)
+{
+#ifdef __SANITIZE_ADDRESS__
+    /* Frames that never returned (fiber_main's) leave poison behind; the
+     * next mapping at this address must not inherit it. */
+    __asan_unpoison_memory_region(f->map + loop.page, FIBER_STACK);
+#endif
+    munmap(f->map, loop.page + FIBER_STACK);
+    free(f);
+}
+
+#ifdef FIBER_UCONTEXT
+/* The portable switch: makecontext() starts fiber_main on the new stack. */
+static bool context_init(struct context *c, char *stack, size_t size)
+{
+    if (getcontext(&c->uc) < 0)
+        return false;
+    c->uc.uc_stack.ss_sp = stack;
+    c->uc.uc_stack.ss_size = size;
+    c->uc.uc_link = NULL; /* fiber_main never returns */
+    makecontext(&c->uc, fiber_main, 0);
+    c->stack_lo = stack;
+    c->stack_size = size;
+    return true;
+}
+
+static void switch_stacks(struct context *from, struct context *to)
+{
+    if (swapcontext(&from->uc, &to->uc) < 0)
+        abort(); /* only with a corrupt context: nothing sane is left */
+}
+#else
+/* The x86-64 switch, System V ABI: a call already saved the caller-saved
+ * registers, so push the callee-saved ones (rbp rbx r12-r15) on the old
+ * stack, store its pointer in *from, load to's, pop its six and return on
+ * its stack: to wherever it called this, or to fiber_main the first time.
+ * (The FPU control words are not saved: nothing here changes them.) */
+void fiber_switch_x86_64(void **from, void *to);
+__asm__(".pushsection .text\n"
+        ".type fiber_switch_x86_64, @function\n"
+        "fiber_switch_x86_64:\n"
+        "    pushq %rbp\n"
+        "    pushq %rbx\n"
+        "    pushq %r12\n"
+        "    pushq %r13\n"
+        "    pushq %r14\n"
+        "    pushq %r15\n"
+        "    movq %rsp, (%rdi)\n"
+        "    movq %rsi, %rsp\n"
+        "    popq %r15\n"
+        "    popq %r14\n"
+        "    popq %r13\n"
+        "    popq %r12\n"
+        "    popq %rbx\n"
+        "    popq %rbp\n"
+        "    ret\n"
+        ".size fiber_switch_x86_64, .-fiber_switch_x86_64\n"
+        ".popsection\n");
+
+/* A new stack as the switch expects to find it: six zero registers, then
+ * fiber_main as the return address, then a null "caller" above it, placed
+ * so that fiber_main starts with the stack aligned as after a call. */
+static bool context_init(struct context *c, char *stack, size_t size)
+{
+    void **top = (void **)(stack + size); /* page-aligned */
+    *--top = NULL;
+    *--top = (void *)(uintptr_t)fiber_main;
+    for (int i = 0; i < 6; i++)
+        *--top = NULL;
+    c->sp = top;
+    c->stack_lo = stack;
+    c->stack_size = size;
+    return true;
+}
+
+static void switch_stacks(struct context *from, struct context *to)
+{
+    fiber_switch_x86_64(&from->sp, to->sp);
+}
+#endif
+
+/* Leaves `from`, continues `to`; returns when someone switches back. ASan
+ * keeps its own idea of which stack is running: tell it before and after.
+ * final: `from` will never run again (its fake stack can go). */
+static void context_switch(struct context *from, struct context *to, bool final)
+{
+#ifdef __SANITIZE_ADDRESS__
+    __sanitizer_start_switch_fiber(final ? NULL : &from->fake_stack,
+                                   to->stack_lo, to->stack_size);
+#else
+    (void) final;
+#endif
+    switch_stacks(from, to);
+#ifdef __SANITIZE_ADDRESS__
+    __sanitizer_finish_switch_fiber(from->fake_stack, NULL, NULL);
+#endif
+}
+
+/* ----- Timers: a min-heap of parked fibers by deadline ----- */
+
+/* Deadlines here differ in kind and length (idle, request, linger, send,
+ * a pause), so 07's one-list-per-kind trick does not apply: a binary heap,
+ * O(log n) to park or wake, the earliest deadline at heap[0]. */
+static void heap_swap(size_t a, size_t b)
+{
+    struct fiber *t = loop.heap[a];
+    loop.heap[a] = loop.heap[b];
+    loop.heap[b] = t;
+    loop.heap[a]->heap_at = a;
+    loop.heap[b]->heap_at = b;
+}
+
+/* Moves slot i up or down until its deadline is in order. */
+static void heap_fix(size_t i)
+{
+    struct fiber **h = loop.heap;
+    while (i > 0 && h[(i - 1) / 2]->deadline > h[i]->deadline) {
+        heap_swap(i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, least = i;
+        if (l < loop.heap_len && h[l]->deadline < h[least]->deadline)
+            least = l;
+        if (r < loop.heap_len && h[r]->deadline < h[least]->deadline)
+            least = r;
+        if (least == i)
+            return;
+        heap_swap(i, least);
+        i = least;
+    }
+}
+
+static bool heap_push(struct fiber *f)
+{
+    if (loop.heap_len == loop.heap_cap) {
+        size_t cap = loop.heap_cap ? loop.heap_cap * 2 : HEAP_INITIAL;
+        struct fiber **heap = realloc(loop.heap, cap * sizeof *heap);
+        if (!heap)
+            return false;
+        loop.heap = heap;
+        loop.heap_cap = cap;
+    }
+    f->heap_at = loop.heap_len++;
+    loop.heap[f->heap_at] = f;
+    heap_fix(f->heap_at);
+    return true;
+}
+
+static void heap_remove(struct fiber *f)
+{
+    size_t i = f->heap_at;
+    if (i == NO_SLOT)
+        return;
+    f->heap_at = NO_SLOT;
+    if (i == --loop.heap_len)
+        return;
+    loop.heap[i] = loop.heap[loop.heap_len];
+    loop.heap[i]->heap_at = i;
+    heap_fix(i);
+}
+
+/* Asks to hear of `events` on w's fd (0: none for now; errors always
+ * come). One epoll_ctl() when the interest changes, nothing otherwise. */
+static bool watch_fd(struct watch *w, unsigned events)
+{
+    if (w->added && w->events == events)
+        return true;
+    struct epoll_event ev = {.events = (events & EV_READ ? EPOLLIN : 0) |
+                                       (events & EV_WRITE ? EPOLLOUT : 0),
+                             .data.ptr = w};
+    if (epoll_ctl(loop.epoll_fd, w->added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD,
+                  w->fd, &ev) < 0)
+        return false;
+    w->added = true;
+    w->events = events;
+    return true;
+}
+
+/* Out of the set: a hang-up nobody waits for, or before another fd. */
+static void unwatch_fd(struct watch *w)
+{
+    if (w->added)
+        epoll_ctl(loop.epoll_fd, EPOLL_CTL_DEL, w->fd, NULL);
+    w->added = false;
+}
+
+/* ----- The waits 05's code makes, as fibers make them ----- */
+
+/* accept() for the acceptor fiber: nobody waiting parks it on the listener;
+ * out of descriptors, it pauses a while and retries, never exits. */
+static int accept_client(void)
+{
+    int fd =
+        accept4(server.listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE))
+        fiber_sleep(EMFILE_PAUSE_MS);
+    else if (fd < 0 && errno != EINTR && errno != ECONNABORTED)
+        wait_readable(server.listen_fd, now_ms() + ACCEPT_WAKE_MS);
+    return fd;
+}
+
+/* Waits until fd is readable or the deadline passes, as 05's poll() does,
+ * but by parking this fiber: the loop runs the others meanwhile. A stop
+ * request counts as a timeout. */
+static bool wait_readable(int fd, int64_t deadline)
+{
+    if (deadline <= now_ms())
+        return false;
+    return fiber_wait(fd, EV_READ, deadline);
+}
+
+/* Each wait for room in the socket is bounded by the fiber's send timeout,
+ * as SO_SNDTIMEO bounds each blocking send() in 05. */
+static bool wait_writable(int fd)
+{
+    return fiber_wait(fd, EV_WRITE, now_ms() + loop.current->send_timeout_ms);
+}
+
+/* send() until done; a full socket parks the fiber until it drains. */
+static bool send_all(int fd, const char *data, size_t len, int flags)
+{
+    while (len > 0) {
+        ssize_t n = send(fd, data, len, flags | MSG_NOSIGNAL);
+        if (n < 0 && (errno == EINTR || (errno == EAGAIN && wait_writable(fd))))
+            continue;
+        if (n <= 0)
+            return false;
+        data += n;
+        len -= (size_t)n;
+    }
+    return true;
+}
+
+static bool send_file(int fd, int file, off_t size)
+{
+    off_t offset = 0;
+    while (offset < size) {
+        ssize_t n = sendfile(fd, file, &offset, (size_t)(size - offset));
+        if (n < 0 && (errno == EINTR || (errno == EAGAIN && wait_writable(fd))))
+            continue;
+        if (n <= 0)
+            return false; /* file shrank, or the peer went away */
+    }
+    return true;
+}
+
+/* No setsockopt(): the socket never blocks. The fiber keeps the timeout
+ * and wait_writable() applies it. */
+static void set_timeout(int fd, int option, int ms)
+{
+    (void)fd;
+    if (option == SO_SNDTIMEO && loop.current)
+        loop.current->send_timeout_ms = ms;
+}
+
+/* Closes after an error without losing the response: a close() with unread
+ * input makes the kernel send RST, which can destroy the reply in flight. So
+ * half-close, then read and drop what the client still sends, briefly. */
+static void close_lingering(int fd)
+{
+    char sink[DRAIN_CHUNK];
+    size_t drained = 0;
+    int64_t deadline = now_ms() + LINGER_MS;
+    shutdown(fd, SHUT_WR);
+    while (drained < LINGER_MAX_BYTES && wait_readable(fd, deadline)) {
+        ssize_t n = recv(fd, sink, sizeof sink, 0);
+        if (n <= 0)
+            break;
+        drained += (size_t)n;
+    }
+    close(fd);
+}
+
+/* ----- Redis: one pipelined link for every fiber ----- */
+
+/* A command and its reply, as in 05, but without 05's retry on a link
+ * found closed: with commands pipelined, a lost link may have run any of
+ * those in flight (07 does the same). The backoff brings it back. */
+static bool redis_command(struct redis *rd, int argc, const char *const argv[])
+{
+    return redis_try(rd, argc, argv) == REDIS_OK;
+}
+
+/* Queues the command (sent with everyone's at the end of the loop's turn:
+ * that is the pipelining) and parks in the FIFO. Woken with its reply in
+ * rd->reply, framed in rd->in: the fiber's to read until it next parks.
+ * Redis down and not yet due for a retry: a failure at once. */
+static enum redis_outcome redis_try(struct redis *rd, int argc,
+                                    const char *const argv[])
+{
+    struct fiber *f = loop.current;
+    if (stop_requested ||
+        (rd->w.fd < 0 && (now_ms() < rd->retry_at || !redis_connect(rd))))
+        return REDIS_FAILED;
+    size_t queued = rd->out.len;
+    if (!resp_format(&rd->out, argc, argv) || !fifo_push(rd, f)) {
+        rd->out.len = queued; /* half a command would garble the stream */
+        return REDIS_FAILED;
+    }
+    if (rd->head + 1 == rd->tail && !rd->connecting)
+        rd->deadline = now_ms() + REDIS_TIMEOUT_MS; /* the first waiter */
+    fiber_park();
+    return f->redis_ok ? REDIS_OK : REDIS_FAILED;
+}
+
+/* Parks f at the FIFO's tail. Tickets count up for ever; a ticket's slot
+ * is ticket % fifo_cap, and the ring doubles when full. */
+static bool fifo_push(struct redis *rd, struct fiber *f)
+{
+    if (rd->tail - rd->head == rd->fifo_cap) {
+        size_t cap = rd->fifo_cap ? rd->fifo_cap * 2 : FIFO_INITIAL;
+        struct fiber **fifo = malloc(cap * sizeof *fifo);
+        if (!fifo)
+            return false;
+        for (uint64_t t = rd->head; t != rd->tail; t++)
+            fifo[t & (cap - 1)] = rd->fifo[t & (rd->fifo_cap - 1)];
+        free(rd->fifo);
+        rd->fifo = fifo;
+        rd->fifo_cap = cap;
+    }
+    rd->fifo[rd->tail++ & (rd->fifo_cap - 1)] = f;
+    return true;
+}
+
+/* The fiber owed the next reply. */
+static struct fiber *fifo_pop(struct redis *rd)
+{
+    return rd->fifo[rd->head++ & (rd->fifo_cap - 1)];
+}
+
+/* Starts a non-blocking connect; its outcome arrives as writability (see
+ * redis_event) within REDIS_TIMEOUT_MS. Commands queue meanwhile. */
+static bool redis_connect(struct redis *rd)
+{
+    int one = 1;
+    rd->w.fd = socket(server.redis_addr.ss_family,
+                      SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (rd->w.fd < 0) {
+        redis_fail();
+        return false;
+    }
+    setsockopt(rd->w.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    rd->connecting = true;
+    rd->deadline = now_ms() + REDIS_TIMEOUT_MS;
+    if ((connect(rd->w.fd, (struct sockaddr *)&server.redis_addr,
+                 server.redis_addr_len) < 0 &&
+         errno != EINPROGRESS) ||
+        !watch_fd(&rd->w, EV_READ | EV_WRITE)) {
+        redis_fail();
+        return false;
+    }
+    return true;
+}
+
+static void redis_disconnect(struct redis *rd)
+{
+    if (rd->w.fd >= 0)
+        close(rd->w.fd); /* which also leaves the epoll set */
+    rd->w.fd = -1;
+    rd->w.added = false;
+    rd->w.events = 0;
+    rd->sent = 0;
+}
+
+static void redis_free(struct redis *rd)
+{
+    redis_disconnect(rd);
+    sb_free(&rd->out);
+    sb_free(&rd->in);
+    free(rd->fifo);
+}
+
+/* The link is down, garbled or too slow: close it, forget what was queued
+ * or half read, back off (a dead Redis costs one connect per backoff, not
+ * one per request), and wake every parked fiber with a failure: their
+ * replies will never come. */
+static void redis_fail(void)
+{
+    struct redis *rd = &loop.redis;
+    if (rd->w.fd >= 0 && server.log)
+        fprintf(stderr, "%s: redis: link lost, retry in %d ms\n", SERVER_NAME,
+                rd->backoff_ms);
+    redis_disconnect(rd);
+    rd->connecting = false;
+    rd->out.len = rd->in.len = 0;
+    rd->reply = (struct resp_reply){0};
+    rd->deadline = 0;
+    rd->retry_at = now_ms() + rd->backoff_ms;
+    rd->backoff_ms = rd->backoff_ms * 2 < REDIS_BACKOFF_MAX_MS
+                         ? rd->backoff_ms * 2
+                         : REDIS_BACKOFF_MAX_MS;
+    while (rd->head != rd->tail) {
+        struct fiber *f = fifo_pop(rd);
+        f->redis_ok = false;
+        fiber_wake(f, false);
+    }
+}
+
+/* Moves the reply being framed to the start of the buffer, offsets too. */
+static void redis_compact(size_t start)
+{
+    struct redis *rd = &loop.redis;
+    if (start == 0)
+        return;
+    memmove(rd->in.data, rd->in.data + start, rd->in.len - start);
+    rd->in.len -= start;
+    rd->reply.pos -= start;
+    for (size_t i = 0; i < rd->reply.nitems; i++)
+        rd->reply.item[i].off -= start;
+}
+
+/* n more bytes of replies have landed in rd->in: frame each whole reply
+ * and switch to the fiber at the FIFO's head, which reads it in place and
+ * runs until it parks again. Each reply resets the reply clock. */
+static void redis_take_replies(size_t n)
+{
+    struct redis *rd = &loop.redis;
+    size_t start = 0; /* where the reply being framed begins */
+    rd->in.len += n;
+    for (;;) {
+        enum parse_result pr = resp_parse(&rd->reply, rd->in.data, rd->in.len);
+        if (pr == PARSE_AGAIN)
+            break;
+        if (pr == PARSE_ERROR || rd->head == rd->tail) {
+            redis_fail(); /* garbled, or a reply nobody asked for */
+            return;
+        }
+        struct fiber *f = fifo_pop(rd);
+        rd->backoff_ms = REDIS_BACKOFF_MS; /* healthy again */
+        rd->deadline = rd->head != rd->tail ? now_ms() + REDIS_TIMEOUT_MS : 0;
+        f->redis_ok = rd->reply.type != '-';
+        fiber_resume(f);
+        start = rd->reply.pos;
+        rd->reply = (struct resp_reply){.pos = start};
+    }
+    redis_compact(start);
+}
+
+/* Replies have arrived: read them, then frame and deliver them. */
+static void redis_read(void)
+{
+    struct redis *rd = &loop.redis;
+    if (!sb_reserve(&rd->in, REDIS_READ_SIZE)) {
+        redis_fail();
+        return;
+    }
+    ssize_t n =
+        recv(rd->w.fd, rd->in.data + rd->in.len, rd->in.cap - rd->in.len, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        redis_fail();
+        return;
+    }
+    redis_take_replies((size_t)n);
+}
+
+/* Sends the queued commands, as far as the socket takes them. Called once
+ * per loop turn, so the commands of every fiber run in it leave in one
+ * send(): that is the pipelining. Level-triggered, as in 07: writability
+ * is asked for only while commands wait. */
+static void redis_send(void)
+{
+    struct redis *rd = &loop.redis;
+    if (rd->w.fd < 0 || rd->connecting)
+        return;
+    while (rd->sent < rd->out.len) {
+        ssize_t n = send(rd->w.fd, rd->out.data + rd->sent,
+                         rd->out.len - rd->sent, MSG_NOSIGNAL);
+        if (n < 0 && errno != EAGAIN && errno != EINTR) {
+            redis_fail();
+            return;
+        }
+        if (n < 0)
+            break;
+        rd->sent += (size_t)n;
+    }
+    if (rd->sent == rd->out.len)
+        rd->sent = rd->out.len = 0;
+    if (!watch_fd(&rd->w, EV_READ | (rd->out.len ? EV_WRITE : 0)))
+        redis_fail();
+}
+
+/* The Redis fd is ready: finish a connect, take replies. (What is queued
+ * goes out in the loop's one redis_send() after every event is handled.) */
+static void redis_event(unsigned events)
+{
+    struct redis *rd = &loop.redis;
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (rd->w.fd < 0 || (rd->connecting && !(events & (EV_WRITE | EV_ERROR))))
+        return;
+    if (rd->connecting) {
+        if (getsockopt(rd->w.fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 ||
+            err != 0) {
+            redis_fail();
+            return;
+        }
+        rd->connecting = false;
+        rd->deadline = rd->head != rd->tail ? now_ms() + REDIS_TIMEOUT_MS : 0;
+    }
+    if (events & (EV_READ | EV_ERROR))
+        redis_read();
+}
+
+/* ===== Serving one connection, blocking: the same in 01-05 and 10 ===== */
+
+/* ---- shared: blocking_conn ---- */
+/* The whole life of one client: requests in order until either side is
+ * done. Blocks only on this client (and Redis), never on another. */
+static void serve_connection(int fd, struct redis *rd)
+{
+    struct conn c = {.fd = fd, .redis = rd, .buf = malloc(CONN_BUF_SIZE)};
+    set_timeout(fd, SO_SNDTIMEO, SEND_TIMEOUT_MS);
+    bool keep = c.buf != NULL;
+    while (keep) {
+        http_request_init(&c.req);
+        enum parse_result pr = read_request(&c);
+        if (pr == PARSE_ERROR) {
+            respond_error(&c, c.req.status, NULL);
+            close_lingering(fd);
+            fd = -1;
+        }
+        if (pr != PARSE_DONE)
+            break;
+        keep = handle_request(&c);
+        size_t used = request_size(&c.req); /* pipelined bytes move up */
+        memmove(c.buf, c.buf + used, c.len - used);
+        c.len -= used;
+        if (!keep && c.len > 0) { /* pipelined requests left unanswered: */
+            close_lingering(fd);  /* a plain close() would reset the reply */
+            fd = -1;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    free(c.buf);
+    sb_free(&c.out);
+    sb_free(&c.work);
+}
+
+/* Reads until c->buf holds one whole request (head and body), or the client
+ * is done, idle too long, or too slow. Returns PARSE_DONE, PARSE_ERROR (answer
+ * r->status, then close) or PARSE_AGAIN (just close). */
+static enum parse_result read_request(struct conn *c)
+{
+    int64_t deadline =
+        now_ms() + (c->len ? REQUEST_TIMEOUT_MS : IDLE_TIMEOUT_MS);
+    for (;;) {
+        enum parse_result pr = http_parse(&c->req, c->buf, c->len);
+        if (pr == PARSE_ERROR ||
+            (pr == PARSE_DONE && c->len >= request_size(&c->req)))
+            return pr;
+        if (!wait_readable(c->fd, deadline))
+            return PARSE_AGAIN;
+        ssize_t n = recv(c->fd, c->buf + c->len, CONN_BUF_SIZE - c->len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return PARSE_AGAIN;
+        if (c->len == 0) /* the first byte starts the request's clock */
+            deadline = now_ms() + REQUEST_TIMEOUT_MS;
+        c->len += (size_t)n;
+    }
+}
+
+/* Answers one complete request. False when the connection must close. */
+static bool handle_request(struct conn *c)
+{
+    char path[MAX_URI + sizeof "index.html"];
+    bool ok;
+    switch (route_request(&c->req, c->buf, path, sizeof path)) {
+    case ROUTE_STATIC: ok = serve_static(c, path, sizeof path); break;
+    case ROUTE_PAGE: ok = serve_guestbook(c); break;
+    case ROUTE_POST: ok = post_guestbook(c); break;
+    default: ok = respond_error(c, c->req.status, NULL); break;
+    }
+    return ok && c->req.keep_alive;
+}
+
+static bool serve_static(struct conn *c, char *path, size_t size)
+{
+    struct stat st;
+    int status, file = open_public(path, size, &st, &status);
+    if (file < 0 && status != 301)
+        return respond_error(c, status, NULL);
+    if (file < 0) {
+        char location[MAX_URI + 64];
+        slash_location(&c->req, c->buf, location, sizeof location);
+        return respond_error(c, status, location);
+    }
+    c->out.len = 0;
+    bool ok = format_head(&c->out, &c->req, 200, mime_type(path),
+                          (size_t)st.st_size, NULL) &&
+              send_response(c, 200, file, st.st_size);
+    close(file);
+    return ok;
+}
+
+/* GET: three Redis round trips, each awaited, then the page. */
+static bool serve_guestbook(struct conn *c)
+{
+    static const char *const lrange[] = {"LRANGE", "guestbook:remarks",
+                                         ("-" GUESTBOOK_SHOWN), "-1"};
+    static const char *const incr[] = {"INCR", "guestbook:visitors"};
+    static const char *const get[] = {"GET", "guestbook:visitors"};
+    struct redis *rd = c->redis;
+    long long visitors = 0;
+    c->work.len = c->out.len = 0;
+    if (!server.template)
+        return respond_error(c, 500, NULL);
+    if (!redis_command(rd, 4, lrange) || rd->reply.type != '*' ||
+        !render_remarks(&c->work, rd->in.data, &rd->reply) ||
+        !redis_command(rd, 2, incr) || !redis_command(rd, 2, get) ||
+        rd->reply.nitems != 1 ||
+        !parse_integer(rd->in.data + rd->reply.item[0].off,
+                       rd->in.data + rd->reply.item[0].off +
+                           rd->reply.item[0].len,
+                       &visitors))
+        return respond_error(c, 503, NULL);
+    struct strbuf page = {0};
+    bool ok = render_page(&page, &c->work, visitors) &&
+              format_head(&c->out, &c->req, 200, "text/html; charset=utf-8",
+                          page.len, NULL) &&
+              (c->req.method == METHOD_HEAD ||
+               sb_append(&c->out, page.data, page.len));
+    sb_free(&page);
+    return ok ? send_response(c, 200, -1, 0) : respond_error(c, 500, NULL);
+}
+
+/* POST: store the remark, then send the browser back to the page. */
+static bool post_guestbook(struct conn *c)
+{
+    char entry[MAX_NAME + MAX_REMARK + 32];
+    int status =
+        guest_entry(c->buf + c->req.body, (size_t)c->req.content_length, entry,
+                    sizeof entry);
+    const char *rpush[] = {"RPUSH", "guestbook:remarks", entry};
+    if (status == 0 &&
+        (!redis_command(c->redis, 3, rpush) || c->redis->reply.type != ':'))
+        status = 503;
+    return respond_error(c, status ? status : 303,
+                         status ? NULL : "Location: /guestbook\r\n");
+}
+
+static bool respond_error(struct conn *c, int status, const char *extra)
+{
+    c->out.len = 0;
+    return format_error(&c->out, &c->req, status, extra) &&
+           send_response(c, status, -1, 0);
+}
+
+/* Sends c->out, then the file if there is one (MSG_MORE lets the head and
+ * the file's first bytes share a packet). Counted before it leaves: in
+ * 02-05 the summary may be printed while another process or thread is still
+ * answering, and a response the client has seen must be in it. */
+static bool send_response(struct conn *c, int status, int file, off_t size)
+{
+    bool body = file >= 0 && size > 0 && c->req.method != METHOD_HEAD;
+    count_response(&c->req, c->buf, status,
+                   c->out.len + (body ? (size_t)size : 0));
+    bool ok = send_all(c->fd, c->out.data, c->out.len, body ? MSG_MORE : 0);
+    if (ok && body)
+        ok = send_file(c->fd, file, size);
+    return ok;
+}
+/* ---- end shared: blocking_conn ---- */
+
+/* ===== main ===== */
+
+int main(int argc, char **argv)
+{
+    server_init(argc, argv);
+    loop_init();
+    serve_forever();
+    loop_close();
+    print_summary();
+    return 0;
+}
+
+/* ===== The app: identical in every server (make check-sync) ===== */
+
+/* ----- The app: small utilities ----- */
+
+/* ---- shared: util ---- */
+/* Start-up failures only: per-connection trouble never ends the server. */
+static void die(const char *what)
+{
+    fprintf(stderr, "%s: %s: %s\n", SERVER_NAME, what, strerror(errno));
+    exit(1);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool sb_reserve(struct strbuf *b, size_t extra)
+{
+    if (b->len + extra <= b->cap)
+        return true;
+    if (b->len + extra > STRBUF_MAX)
+        return false;
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->len + extra)
+        cap *= 2;
+    char *data = realloc(b->data, cap);
+    if (!data)
+        return false;
+    b->data = data;
+    b->cap = cap;
+    return true;
+}
+
+static bool sb_append(struct strbuf *b, const void *data, size_t n)
+{
+    if (n == 0) /* data may be NULL: an empty strbuf never allocated */
+        return true;
+    if (!sb_reserve(b, n))
+        return false;
+    memcpy(b->data + b->len, data, n);
+    b->len += n;
+    return true;
+}
+
+static bool sb_puts(struct strbuf *b, const char *s)
+{
+    return sb_append(b, s, strlen(s));
+}
+
+__attribute__((format(printf, 2, 3))) static bool
+sb_printf(struct strbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    size_t room = b->cap - b->len;
+    va_start(ap, fmt); /* into the room there is; again only if too small */
+    int n = vsnprintf(room ? b->data + b->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return false;
+    if ((size_t)n >= room) {
+        if (!sb_reserve(b, (size_t)n + 1))
+            return false;
+        va_start(ap, fmt);
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    b->len += (size_t)n;
+    return true;
+}
+
+static void sb_free(struct strbuf *b)
+{
+    free(b->data);
+    *b = (struct strbuf){0};
+}
+
+/* Does the counted string a equal b: exactly, or ignoring case. */
+static bool eq(const char *a, size_t alen, const char *b)
+{
+    return alen == strlen(b) && memcmp(a, b, alen) == 0;
+}
+
+static bool ieq(const char *a, size_t alen, const char *b)
+{
+    return alen == strlen(b) && strncasecmp(a, b, alen) == 0;
+}
+/* ---- end shared: util ---- */
+
+/* ----- The app: HTTP, parsing requests ----- */
+
+/* ---- shared: http_parser ---- */
+/* RFC 9110 token characters: what a method or header name may contain. */
+static bool is_tchar(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static enum parse_result parse_fail(struct http_request *r, int status)
+{
+    r->status = status;
+    r->keep_alive = false;
+    return PARSE_ERROR;
+}
+
+static int parse_method(struct http_request *r, const char *m, size_t len)
+{
+    if (len == 0)
+        return 400;
+    r->method = eq(m, len, "GET")    ? METHOD_GET
+                : eq(m, len, "HEAD") ? METHOD_HEAD
+                : eq(m, len, "POST")
+                    ? METHOD_POST
+                    : METHOD_OTHER; /* methods are case-sensitive */
+    return 0;
+}
+
+/* "HTTP/1.0" and "HTTP/1.1" are served; other well-formed versions get 505. */
+static int parse_version(struct http_request *r, const char *v, size_t len)
+{
+    if (len != 8 || memcmp(v, "HTTP/", 5) != 0 || v[6] != '.' || v[5] < '0' ||
+        v[5] > '9' || v[7] < '0' || v[7] > '9')
+        return 400;
+    if (v[5] != '1' || (v[7] != '0' && v[7] != '1'))
+        return 505;
+    r->minor = v[7] - '0';
+    return 0;
+}
+
+/* Content-Length: digits only, once; anything else is a smuggling risk. */
+static int parse_length(struct http_request *r, const char *v, size_t len)
+{
+    if (r->content_length >= 0 || len == 0 || len > 9)
+        return 400;
+    long long n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return 400;
+        n = n * 10 + (v[i] - '0');
+    }
+    r->content_length = n;
+    return 0;
+}
+
+/* Connection: a comma-separated list; we care about two tokens. */
+static void parse_connection(struct http_request *r, const char *v, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < len && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
+            i++;
+        if (ieq(v + start, i - start, "close"))
+            r->close = true;
+        else if (ieq(v + start, i - start, "keep-alive"))
+            r->keep_alive_asked = true;
+    }
+}
+
+/* One complete header line: trim the value and note what we need. */
+static int header_done(struct http_request *r, const char *buf)
+{
+    const char *name = buf + r->name, *v = buf + r->tok;
+    size_t len = r->value_end - r->tok;
+    while (len && (*v == ' ' || *v == '\t')) {
+        v++;
+        len--;
+    }
+    while (len && (v[len - 1] == ' ' || v[len - 1] == '\t'))
+        len--;
+    if (ieq(name, r->name_len, "Content-Length"))
+        return parse_length(r, v, len);
+    if (ieq(name, r->name_len, "Transfer-Encoding"))
+        return 501; /* no chunked bodies: refuse rather than misframe */
+    if (ieq(name, r->name_len, "Connection"))
+        parse_connection(r, v, len);
+    if (ieq(name, r->name_len, "Host")) {
+        if (r->has_host)
+            return 400;
+        r->has_host = true;
+    }
+    if (ieq(name, r->name_len, "Content-Type")) {
+        static const char form[] = "application/x-www-form-urlencoded";
+        size_t n = sizeof form - 1;
+        r->form_type = len >= n && strncasecmp(v, form, n) == 0 &&
+                       (len == n || v[n] == ';' || v[n] == ' ');
+    }
+    return 0;
+}
+
+/* The head is complete: the checks that need all of it. */
+static enum parse_result head_done(struct http_request *r)
+{
+    if (r->minor == 1 && !r->has_host)
+        return parse_fail(r, 400);
+    if (r->method == METHOD_POST && r->content_length < 0)
+        return parse_fail(r, 411);
+    if (r->content_length > MAX_BODY)
+        return parse_fail(r, 413);
+    r->keep_alive =
+        KEEP_ALIVE && !r->close && (r->minor == 1 || r->keep_alive_asked);
+    r->state = S_DONE;
+    return PARSE_DONE;
+}
+
+/* Resumable request-head parser (the shape of nginx's and sehttpd's): it
+ * consumes buf[r->pos..len), saves its state and position, and returns
+ * PARSE_AGAIN to be called again with more bytes. PARSE_DONE leaves r->body
+ * at the first body byte; PARSE_ERROR leaves the status in r->status. */
+static enum parse_result http_parse(struct http_request *r, const char *buf,
+                                    size_t len)
+{
+    if (r->state == S_DONE)
+        return PARSE_DONE; /* called again while the body arrives */
+    for (; r->pos < len; r->pos++) {
+        unsigned char c = (unsigned char)buf[r->pos];
+        size_t n = r->pos - r->tok; /* length of the token so far */
+        int status = 0;
+        if (r->pos >= MAX_HEAD)
+            return parse_fail(r, r->state == S_URI ? 414 : 431);
+        switch (r->state) {
+        case S_METHOD:
+            if ((c == '\r' || c == '\n') && n == 0)
+                r->tok = r->pos + 1; /* stray blank line before a request */
+            else if (c == ' ') {
+                status = parse_method(r, buf + r->tok, n);
+                r->state = S_URI;
+                r->tok = r->pos + 1;
+            } else if (!is_tchar(c) || n >= MAX_METHOD)
+                status = 400;
+            break;
+        case S_URI:
+            if (c == ' ' && n > 0) {
+                r->uri = r->tok;
+                r->uri_len = n;
+                r->state = S_VERSION;
+                r->tok = r->pos + 1;
+            } else if (c <= ' ' || c == 0x7f)
+                status = 400;
+            else if (n >= MAX_URI)
+                status = 414;
+            break;
+        case S_VERSION:
+            if (c == '\r' || c == '\n') {
+                status = parse_version(r, buf + r->tok, n);
+                r->state = c == '\r' ? S_REQUEST_LF : S_HEADER;
+            } else if (n >= 8)
+                status = 400;
+            break;
+        case S_REQUEST_LF:
+        case S_HEADER_LF:
+            if (c != '\n')
+                status = 400;
+            else if (r->state == S_HEADER_LF)
+                status = header_done(r, buf);
+            r->state = S_HEADER;
+            break;
+        case S_HEADER:
+            r->tok = r->pos;
+            if (c == '\r')
+                r->state = S_BLANK_LF;
+            else if (c == '\n') {
+                r->body = ++r->pos;
+                return head_done(r);
+            } else if (is_tchar(c))
+                r->state = S_NAME;
+            else
+                status = 400; /* includes obsolete line folding */
+            break;
+        case S_NAME:
+            if (c == ':' && n > 0) {
+                r->name = r->tok;
+                r->name_len = n;
+                r->tok = r->pos + 1;
+                r->state = S_VALUE;
+            } else if (!is_tchar(c))
+                status = 400;
+            break;
+        case S_VALUE:
+            if (c == '\r' || c == '\n') {
+                r->value_end = r->pos;
+                if (c == '\n')
+                    status = header_done(r, buf);
+                r->state = c == '\r' ? S_HEADER_LF : S_HEADER;
+            } else if ((c < ' ' && c != '\t') || c == 0x7f)
+                status = 400;
+            break;
+        case S_BLANK_LF:
+            if (c != '\n')
+                return parse_fail(r, 400);
+            r->body = ++r->pos;
+            return head_done(r);
+        case S_DONE: break; /* returned above, before the loop */
+        }
+        if (status)
+            return parse_fail(r, status);
+    }
+    return PARSE_AGAIN;
+}
+
+static void http_request_init(struct http_request *r)
+{
+    *r = (struct http_request){.content_length = -1, .minor = 1};
+}
+
+/* Bytes the whole request (head and body) occupies in the buffer. */
+static size_t request_size(const struct http_request *r)
+{
+    return r->body + (size_t)(r->content_length > 0 ? r->content_length : 0);
+}
+/* ---- end shared: http_parser ---- */
+
+/* ----- The app: HTTP, building responses ----- */
+
+/* ---- shared: http_response ---- */
+static const char *reason_phrase(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 301: return "Moved Permanently";
+    case 303: return "See Other";
+    case 400: return "Bad Request";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Internal Server Error";
+    }
+}
+
+/* Status line and headers. `Connection` where it differs from the version's
+ * default (HTTP/1.1 keeps, HTTP/1.0 closes) or refuses what the client asked.
+ */
+static bool format_head(struct strbuf *out, const struct http_request *r,
+                        int status, const char *type, size_t length,
+                        const char *extra)
+{
+    char date[64];
+    struct tm tm;
+    time_t t = time(NULL);
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&t, &tm));
+    const char *conn = "";
+    if (!r->keep_alive && (r->minor == 1 || r->keep_alive_asked))
+        conn = "Connection: close\r\n";
+    else if (r->minor == 0 && r->keep_alive)
+        conn = "Connection: keep-alive\r\n";
+    return sb_printf(out,
+                     "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: zerohttpd/%s\r\n"
+                     "Content-Length: %zu\r\nContent-Type: %s\r\n%s%s\r\n",
+                     status, reason_phrase(status), date, SERVER_NAME, length,
+                     type, conn, extra ? extra : "");
+}
+
+/* A complete small response with an HTML body: errors and redirects. */
+static bool format_error(struct strbuf *out, const struct http_request *r,
+                         int status, const char *extra)
+{
+    char body[256];
+    int n =
+        snprintf(body, sizeof body,
+                 "<!DOCTYPE html>\n<html><head><title>%d %s</title></head>"
+                 "<body><h1>%d %s</h1></body></html>\n",
+                 status, reason_phrase(status), status, reason_phrase(status));
+    if (n < 0 || (size_t)n >= sizeof body)
+        return false;
+    if (status == 405 && !extra)
+        extra = "Allow: GET, HEAD\r\n";
+    return format_head(out, r, status, "text/html; charset=utf-8", (size_t)n,
+                       extra) &&
+           (r->method == METHOD_HEAD || sb_append(out, body, (size_t)n));
+}
+
+/* The Location that sends a directory named without its slash to the same
+ * target with one: the raw path (query dropped), plus "/". */
+static void slash_location(const struct http_request *r, const char *buf,
+                           char *out, size_t size)
+{
+    const char *uri = buf + r->uri;
+    const char *query = memchr(uri, '?', r->uri_len);
+    int len = (int)(query ? (size_t)(query - uri) : r->uri_len);
+    int n = snprintf(out, size, "Location: %.*s/\r\n", len, uri);
+    if (n < 0 || (size_t)n >= size)
+        out[0] = '\0';
+}
+
+/* Every answered request passes here once: counters, then the access log. */
+static void count_response(const struct http_request *r, const char *buf,
+                           int status, size_t bytes)
+{
+    __atomic_fetch_add(&server.stats->served, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&server.stats->by_class[status / 100 % STATUS_CLASSES],
+                       1, __ATOMIC_RELAXED);
+    if (server.log)
+        fprintf(stderr, "%s %.*s %d %zu\n",
+                r->method == METHOD_GET    ? "GET"
+                : r->method == METHOD_HEAD ? "HEAD"
+                : r->method == METHOD_POST ? "POST"
+                                           : "-",
+                (int)r->uri_len, buf + r->uri, status, bytes);
+}
+/* ---- end shared: http_response ---- */
+
+/* ----- The app: static files ----- */
+
+/* ---- shared: static_files ---- */
+static const char *mime_type(const char *path)
+{
+    static const char *const table[][2] = {
+        {"html", "text/html; charset=utf-8"},
+        {"htm", "text/html; charset=utf-8"},
+        {"css", "text/css; charset=utf-8"},
+        {"js", "text/javascript; charset=utf-8"},
+        {"json", "application/json"},
+        {"txt", "text/plain; charset=utf-8"},
+        {"png", "image/png"},
+        {"jpg", "image/jpeg"},
+        {"jpeg", "image/jpeg"},
+        {"gif", "image/gif"},
+        {"svg", "image/svg+xml"},
+        {"ico", "image/x-icon"},
+        {"webp", "image/webp"},
+        {"woff2", "font/woff2"},
+        {"pdf", "application/pdf"},
+    };
+    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+    if (dot && (!slash || dot > slash))
+        for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+            if (strcasecmp(dot + 1, table[i][0]) == 0)
+                return table[i][1];
+    return "application/octet-stream";
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes in[0..len) into out (NUL-terminated). Returns the decoded
+ * length, -1 for a bad escape or a NUL byte, -2 if it does not fit in size. */
+static long url_decode(const char *in, size_t len, char *out, size_t size,
+                       bool plus_is_space)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = in[i];
+        if (c == '%') {
+            int hi = i + 2 < len ? hex_value(in[i + 1]) : -1;
+            int lo = hi >= 0 ? hex_value(in[i + 2]) : -1;
+            if (lo < 0)
+                return -1;
+            c = (char)(hi * 16 + lo);
+            i += 2;
+        } else if (c == '+' && plus_is_space)
+            c = ' ';
+        if (c == '\0')
+            return -1;
+        if (n + 1 >= size)
+            return -2;
+        out[n++] = c;
+    }
+    out[n] = '\0';
+    return (long)n;
+}
+
+/* Decodes the request target's path once and refuses what could escape
+ * public/ lexically: `..` segments, backslashes, control bytes. Symlinks are
+ * openat2's job. Returns 0 or an HTTP status. */
+static int decode_path(const char *uri, size_t len, char *path, size_t size)
+{
+    const char *query = memchr(uri, '?', len);
+    if (query)
+        len = (size_t)(query - uri);
+    if (len == 0 || uri[0] != '/')
+        return 400;
+    long n = url_decode(uri, len, path, size, false);
+    if (n < 0)
+        return n == -2 ? 414 : 400;
+    for (long i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)path[i];
+        if (c < ' ' || c == 0x7f || c == '\\')
+            return 400;
+        if (c == '/' && path[i + 1] == '.' && path[i + 2] == '.' &&
+            (path[i + 3] == '/' || path[i + 3] == '\0'))
+            return 400;
+    }
+    return 0;
+}
+
+/* Opens a file beneath public/ for reading: the kernel refuses any path,
+ * symlink included, that would leave the directory. Returns the fd, or -1
+ * with *status set (301 for a directory named without its slash). */
+static int open_public(char *path, size_t size, struct stat *st, int *status)
+{
+    size_t len = strlen(path);
+    if (path[len - 1] == '/') {
+        if (len + sizeof "index.html" > size) {
+            *status = 414;
+            return -1;
+        }
+        memcpy(path + len, "index.html", sizeof "index.html");
+    }
+    /* O_NONBLOCK: a FIFO dropped into public/ must not hang the open. */
+    struct open_how how = {.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+    int fd =
+        (int)syscall(SYS_openat2, server.public_fd, path + 1, &how, sizeof how);
+    if (fd < 0) {
+        *status = errno == EACCES                      ? 403
+                  : errno == EMFILE || errno == ENFILE ? 503
+                                                       : 404;
+        return -1;
+    }
+    bool known = fstat(fd, st) == 0;
+    if (known && S_ISREG(st->st_mode))
+        return fd;
+    *status = known && S_ISDIR(st->st_mode) ? 301 : 404;
+    close(fd);
+    return -1;
+}
+/* ---- end shared: static_files ---- */
+
+/* ----- The app: the Redis RESP client ----- */
+
+/* ---- shared: resp ---- */
+/* A command as a RESP array of bulk strings, each sent with its length. */
+static bool resp_format(struct strbuf *out, int argc, const char *const argv[])
+{
+    if (!sb_printf(out, "*%d\r\n", argc))
+        return false;
+    for (int i = 0; i < argc; i++) {
+        size_t n = strlen(argv[i]);
+        if (!sb_printf(out, "$%zu\r\n", n) || !sb_append(out, argv[i], n) ||
+            !sb_append(out, "\r\n", 2))
+            return false;
+    }
+    return true;
+}
+
+static bool parse_integer(const char *s, const char *end, long long *out)
+{
+    bool neg = s < end && *s == '-';
+    s += neg;
+    if (s == end || end - s > 18)
+        return false;
+    long long n = 0;
+    for (; s < end; s++) {
+        if (*s < '0' || *s > '9')
+            return false;
+        n = n * 10 + (*s - '0');
+    }
+    *out = neg ? -n : n;
+    return true;
+}
+
+/* Frames one RESP2 reply in buf[0..len), resumably: it advances r->pos over
+ * whole elements only, so a reply arriving in pieces is never parsed twice
+ * past its last complete element. Strings (simple, error, bulk) are recorded
+ * in r->item in order; r->pos is the reply's size when PARSE_DONE. */
+static enum parse_result resp_parse(struct resp_reply *r, const char *buf,
+                                    size_t len)
+{
+    while (r->pos < len) {
+        const char *line = buf + r->pos;
+        const char *crlf = memmem(line, len - r->pos, "\r\n", 2);
+        bool text = line[0] == '+' || line[0] == '-'; /* any length */
+        if (!crlf)
+            return len - r->pos > RESP_MAX_LINE && !text ? PARSE_ERROR
+                                                         : PARSE_AGAIN;
+        size_t head = (size_t)(crlf - line) + 2, size = head;
+        long long n = 0;
+        char type = line[0];
+        if (strchr(":$*", type) && !parse_integer(line + 1, crlf, &n))
+            return PARSE_ERROR;
+        if (!type || !strchr("+-:$*", type) || (type != ':' && n > STRBUF_MAX))
+            return PARSE_ERROR; /* a length no reply of ours can have */
+        if (type == '$' && n >= 0) {
+            size += (size_t)n + 2;
+            if (len - r->pos < size)
+                return PARSE_AGAIN; /* the bulk string is not all here yet */
+            if (memcmp(line + head + n, "\r\n", 2) != 0)
+                return PARSE_ERROR;
+        }
+        if (r->depth == 0) {
+            r->type = type;
+            r->integer = n;
+        }
+        if (type == '+' || type == '-' || (type == '$' && n >= 0)) {
+            if (r->nitems == RESP_MAX_ITEMS)
+                return PARSE_ERROR;
+            r->item[r->nitems].off = r->pos + (type == '$' ? head : 1);
+            r->item[r->nitems++].len = type == '$' ? (size_t)n : head - 3;
+        }
+        r->pos += size;
+        if (type == '*' && n > 0) {
+            if (r->depth == RESP_MAX_DEPTH)
+                return PARSE_ERROR;
+            r->left[r->depth++] = n;
+            continue;
+        }
+        while (r->depth > 0 && --r->left[r->depth - 1] == 0)
+            r->depth--; /* this element completed its array */
+        if (r->depth == 0)
+            return PARSE_DONE;
+    }
+    return PARSE_AGAIN;
+}
+/* ---- end shared: resp ---- */
+
+/* ----- The app: the guestbook page ----- */
+
+/* ---- shared: guestbook ---- */
+static bool html_escape(struct strbuf *out, const char *s, size_t len)
+{
+    size_t plain = 0; /* start of the bytes copied as they are */
+    for (size_t i = 0; i < len; i++) {
+        const char *e = s[i] == '&'    ? "&amp;"
+                        : s[i] == '<'  ? "&lt;"
+                        : s[i] == '>'  ? "&gt;"
+                        : s[i] == '"'  ? "&quot;"
+                        : s[i] == '\'' ? "&#39;"
+                                       : NULL;
+        if (!e)
+            continue;
+        if (!sb_append(out, s + plain, i - plain) || !sb_puts(out, e))
+            return false;
+        plain = i + 1;
+    }
+    return sb_append(out, s + plain, len - plain);
+}
+
+/* Finds `name` in an x-www-form-urlencoded body and decodes its value into
+ * out (size max + 1). A missing field is empty. Returns the length, -1 for a
+ * malformed value, -2 when longer than max. */
+static long form_field(const char *body, size_t len, const char *name,
+                       char *out, size_t max)
+{
+    size_t name_len = strlen(name);
+    out[0] = '\0';
+    for (size_t i = 0; i < len;) {
+        const char *pair = body + i, *amp = memchr(pair, '&', len - i);
+        size_t pair_len = amp ? (size_t)(amp - pair) : len - i;
+        if (pair_len > name_len && pair[name_len] == '=' &&
+            memcmp(pair, name, name_len) == 0)
+            return url_decode(pair + name_len + 1, pair_len - name_len - 1, out,
+                              max + 1, true);
+        i += pair_len + 1;
+    }
+    return 0;
+}
+
+/* A POST body to the one Redis list element it becomes, "<name length>:"
+ * then name then remark, so neither can be confused with the other. Returns
+ * 0 or an HTTP status. */
+static int guest_entry(const char *body, size_t len, char *entry, size_t size)
+{
+    char name[MAX_NAME + 1], remark[MAX_REMARK + 1];
+    long nlen = form_field(body, len, "guest-name", name, MAX_NAME);
+    long rlen = form_field(body, len, "guest-remarks", remark, MAX_REMARK);
+    if (nlen < 0 || rlen <= 0)
+        return 400; /* bad escape, too long, or an empty remark */
+    int n = snprintf(entry, size, "%ld:%s%s", nlen, name, remark);
+    return n < 0 || (size_t)n >= size ? 500 : 0;
+}
+
+/* One stored entry as a page paragraph, escaped. An element that is not in
+ * our format is shown whole, as an anonymous remark. */
+static bool render_entry(struct strbuf *out, const char *e, size_t len)
+{
+    long long nlen = 0;
+    const char *colon = memchr(e, ':', len < 4 ? len : 4), *name = e;
+    if (colon && parse_integer(e, colon, &nlen) && nlen >= 0 &&
+        (size_t)nlen <= len - (size_t)(colon + 1 - e))
+        name = colon + 1;
+    else
+        nlen = 0;
+    const char *remark = name + nlen;
+    size_t rlen = len - (size_t)(remark - e);
+    return sb_puts(out, "<p class=\"guest-entry\">") &&
+           html_escape(out, remark, rlen) &&
+           sb_puts(out, " <span class=\"guest-name\">&mdash; ") &&
+           (nlen > 0 ? html_escape(out, name, (size_t)nlen)
+                     : sb_puts(out, "anonymous")) &&
+           sb_puts(out, "</span></p>\n");
+}
+
+/* The LRANGE reply's entries, in order, as HTML. */
+static bool render_remarks(struct strbuf *out, const char *buf,
+                           const struct resp_reply *r)
+{
+    for (size_t i = 0; i < r->nitems; i++)
+        if (!render_entry(out, buf + r->item[i].off, r->item[i].len))
+            return false;
+    return true;
+}
+
+/* 1234567 -> "1,234,567". */
+static void format_count(long long n, char *out, size_t size)
+{
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%lld", n < 0 ? 0 : n);
+    size_t o = 0;
+    for (int i = 0; i < len && o + 2 < size; i++) {
+        if (i > 0 && (len - i) % 3 == 0)
+            out[o++] = ',';
+        out[o++] = digits[i];
+    }
+    out[o] = '\0';
+}
+
+/* The template with its two placeholders filled in. */
+static bool render_page(struct strbuf *out, const struct strbuf *remarks,
+                        long long visitors)
+{
+    static const char rem[] = "$GUEST_REMARKS$", vis[] = "$VISITOR_COUNT$";
+    char count[40];
+    format_count(visitors, count, sizeof count);
+    const char *t = server.template, *end = t + server.template_len;
+    while (t < end) {
+        const char *dollar = memchr(t, '$', (size_t)(end - t));
+        if (!dollar)
+            return sb_append(out, t, (size_t)(end - t));
+        if (!sb_append(out, t, (size_t)(dollar - t)))
+            return false;
+        size_t left = (size_t)(end - dollar);
+        bool ok;
+        if (left >= sizeof rem - 1 &&
+            memcmp(dollar, rem, sizeof rem - 1) == 0) {
+            ok = sb_append(out, remarks->data, remarks->len);
+            t = dollar + sizeof rem - 1;
+        } else if (left >= sizeof vis - 1 &&
+                   memcmp(dollar, vis, sizeof vis - 1) == 0) {
+            ok = sb_puts(out, count);
+            t = dollar + sizeof vis - 1;
+        } else {
+            ok = sb_append(out, "$", 1);
+            t = dollar + 1;
+        }
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+/* ---- end shared: guestbook ---- */
+
+/* ----- The app: routing a request ----- */
+
+/* ---- shared: route ---- */
+/* Decides what a parsed request is for. The path is decoded into `path`;
+ * ROUTE_ERROR leaves the status in r->status. */
+static enum route route_request(struct http_request *r, const char *buf,
+                                char *path, size_t size)
+{
+    int status = 501;
+    if (r->method != METHOD_OTHER)
+        status = decode_path(buf + r->uri, r->uri_len, path, size);
+    if (status == 0) {
+        if (strcmp(path, "/guestbook") == 0) {
+            if (r->method != METHOD_POST)
+                return ROUTE_PAGE;
+            if (r->form_type)
+                return ROUTE_POST;
+            status = 415;
+        } else if (r->method == METHOD_POST)
+            status = 405;
+        else
+            return ROUTE_STATIC;
+    }
+    r->status = status;
+    return ROUTE_ERROR;
+}
+/* ---- end shared: route ---- */
+
+/* ----- The app: start-up and shutdown ----- */
+
+/* ---- shared: startup ---- */
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+/* No SA_RESTART: a blocked accept() or poll() returns EINTR, so the loops
+ * notice the flag. SIGPIPE is ignored: a client leaving is not our death. */
+static void install_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGINT, &sa, NULL) < 0 || sigaction(SIGTERM, &sa, NULL) < 0 ||
+        signal(SIGPIPE, SIG_IGN) == SIG_ERR)
+        die("sigaction");
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: %s [port [redis-host [redis-port]]]\n",
+            SERVER_NAME);
+    exit(2);
+}
+
+static int parse_port(const char *s)
+{
+    long long port = 0;
+    if (!parse_integer(s, s + strlen(s), &port) || port < 1 || port > 65535)
+        usage();
+    return (int)port;
+}
+
+static void parse_args(int argc, char **argv)
+{
+    const char *host = argc > 2 ? argv[2] : DEFAULT_REDIS_HOST;
+    const char *rport = argc > 3 ? argv[3] : NULL;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM},
+                    *ai;
+    char service[8];
+    if (argc > 4)
+        usage();
+    server.port = argc > 1 ? parse_port(argv[1]) : DEFAULT_PORT;
+    snprintf(service, sizeof service, "%d",
+             rport ? parse_port(rport) : DEFAULT_REDIS_PORT);
+    int err = getaddrinfo(host, service, &hints, &ai);
+    if (err != 0) {
+        fprintf(stderr, "%s: redis host %s: %s\n", SERVER_NAME, host,
+                gai_strerror(err));
+        usage();
+    }
+    memcpy(&server.redis_addr, ai->ai_addr, ai->ai_addrlen);
+    server.redis_addr_len = ai->ai_addrlen;
+    freeaddrinfo(ai);
+}
+
+/* The template is read once: every page is rendered from memory, so no
+ * model ever blocks on a disk read for it. A missing template is not fatal:
+ * /guestbook answers 500 and says why in the log. */
+static void load_template(void)
+{
+    FILE *f = fopen(TEMPLATE_PATH, "rb");
+    char *data = f ? malloc(TEMPLATE_MAX) : NULL;
+    size_t n = data ? fread(data, 1, TEMPLATE_MAX, f) : 0;
+    if (f)
+        fclose(f);
+    if (!data || n == 0 || n == TEMPLATE_MAX) {
+        fprintf(stderr, "%s: warning: cannot read %s; /guestbook will fail\n",
+                SERVER_NAME, TEMPLATE_PATH);
+        free(data);
+        return;
+    }
+    server.template = data;
+    server.template_len = n;
+}
+
+/* TCP_NODELAY on the listener is inherited by every accepted socket: a
+ * response goes out at once, with no setsockopt() per connection. */
+static int open_listener(int port)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET,
+                               .sin_port = htons((uint16_t)port),
+                               .sin_addr.s_addr = htonl(INADDR_ANY)};
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0 ||
+        bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 ||
+        listen(fd, LISTEN_BACKLOG) < 0)
+        die("listen");
+    return fd;
+}
+
+/* A number setting from the environment: unset or empty gives `fallback`;
+ * anything but a number in min..max is an error (exit 2), not a guess. */
+static int env_number(const char *var, int fallback, int min, int max)
+{
+    const char *s = getenv(var);
+    long long n = fallback;
+    if (s && *s &&
+        (!parse_integer(s, s + strlen(s), &n) || n < min || n > max)) {
+        fprintf(stderr, "%s: %s must be a number from %d to %d\n", SERVER_NAME,
+                var, min, max);
+        exit(2);
+    }
+    return (int)n;
+}
+
+static void server_init(int argc, char **argv)
+{
+    parse_args(argc, argv);
+    install_signals();
+    server.log = env_number("ZEROHTTPD_LOG", 0, 0, 1) == 1;
+    server.stats = mmap(NULL, sizeof *server.stats, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (server.stats == MAP_FAILED)
+        die("mmap");
+    server.public_fd = open(PUBLIC_DIR, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (server.public_fd < 0)
+        die("open " PUBLIC_DIR "/ (run from the repo root)");
+    load_template();
+    server.listen_fd = open_listener(server.port);
+    printf("%s listening on port %d\n", SERVER_NAME, server.port);
+    fflush(stdout);
+}
+
+static void print_summary(void)
+{
+    const struct stats *s = server.stats;
+    printf("%s: served %lu requests (2xx %lu, 3xx %lu, 4xx %lu, 5xx %lu)\n",
+           SERVER_NAME, s->served, s->by_class[2], s->by_class[3],
+           s->by_class[4], s->by_class[5]);
+    fflush(stdout);
+}
+/* ---- end shared: startup ---- */
