@@ -2,7 +2,7 @@
 # `make test` and `make sweep` install what they need first (see tools/deps.sh).
 
 SERVERS := iterative forking preforked threaded prethreaded poll epoll io_uring \
-           fibers
+           reuseport fibers
 SRCS    := $(wildcard [0-9][0-9]_*/main.c)
 # A server is built when its source exists: [0-9][0-9]_NAME/main.c.
 src_of   = $(wildcard [0-9][0-9]_$(1)/main.c)

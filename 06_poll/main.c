@@ -391,7 +391,7 @@ static void redis_event(unsigned events);
  * what was closed. A stop request interrupts the wait (no SA_RESTART). */
 static void serve_forever(void)
 {
-    static struct event ready[MAX_EVENTS];
+    struct event ready[MAX_EVENTS]; /* not static: 09 runs N loops */
     while (!stop_requested) {
         loop.now = now_ms();
         int n = wait_for_events(ready, MAX_EVENTS, next_timeout());

@@ -17,11 +17,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = ("iterative", "forking", "preforked", "threaded", "prethreaded",
-          "poll", "epoll", "io_uring", "fibers")
+          "poll", "epoll", "io_uring", "reuseport", "fibers")
 START_TIMEOUT = 10.0  # seconds for a server to print its listening line
 STOP_TIMEOUT = 10.0  # seconds for a server to exit after SIGTERM (ASan is slow)
 CHILD_EXIT_TIMEOUT = 3.0  # seconds for workers to go after their parent
 REQUEST_TIMEOUT = 10  # seconds from a request's first byte to its end
+# The event servers wait before reconnecting to a Redis that failed, from
+# 100 ms doubling up to REDIS_BACKOFF_MAX_MS (2 s), and answer 503 meanwhile.
+# With one loop, its first page served again means its link is back; 09
+# runs a loop per CPU, each with its own link and its own backoff, so a
+# loop may still wait up to that long after another one has recovered.
+REDIS_BACKOFF_MAX = 2.0  # seconds
+SEPARATE_REDIS_LINKS = ("reuseport",)
 SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "runtime error")
 SUMMARY_RE = re.compile(
     r"^(\S+): served (\d+) requests "
@@ -378,6 +385,14 @@ def run_to_exit(binary, args, cwd, timeout=5.0, env=None):
 
 
 # ---- looking at a server from outside ----
+
+def redis_settle(model):
+    """Seconds after a server's first guestbook page following a Redis
+    outage until every one of its Redis links is back (see
+    REDIS_BACKOFF_MAX): 0 for the servers with a single link, or a link per
+    worker that reconnects at once."""
+    return REDIS_BACKOFF_MAX if model in SEPARATE_REDIS_LINKS else 0.0
+
 
 def token():
     """A unique tag, to find this test's remark among everyone else's."""

@@ -184,14 +184,16 @@ def get(port, path):
     return exchange(port, raw.encode())
 
 
-def assert_recovers(port, timeout, checks):
+def assert_recovers(port, timeout, checks, settle=0.0):
     """/guestbook answers 200 again within timeout seconds (Redis is back),
-    then `checks` times in a row: a connection broken by the outage must be
-    replaced, not reported as 503."""
+    then, `settle` seconds later, `checks` times in a row: a connection
+    broken by the outage must be replaced, not reported as 503. (settle:
+    see processes.redis_settle; a server with one Redis link needs none.)"""
     deadline = time.monotonic() + timeout
     while get(port, "/guestbook").status != 200:
         assert time.monotonic() < deadline, f"no recovery within {timeout} s"
         time.sleep(0.1)
+    time.sleep(settle)
     statuses = [get(port, "/guestbook").status for _ in range(checks)]
     assert statuses == [200] * checks, f"503 after Redis returned: {statuses}"
 

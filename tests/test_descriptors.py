@@ -29,7 +29,7 @@ SURPLUS = 150  # clients beyond the kept one: more than twice the limit
 # crowd must run it out of descriptors (not every client can be held at
 # once), or the test shows nothing.
 ONE_PROCESS = ("threaded", "prethreaded", "poll", "epoll", "io_uring",
-               "fibers")
+               "reuseport", "fibers")
 PROMPT = 1.0  # seconds: the kept client's answer while the crowd is held
 QUIET = 0.3  # seconds without news from the crowd: the server has settled
 SETTLE_LIMIT = 5.0  # seconds at most for the crowd to be accepted or queued

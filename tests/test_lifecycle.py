@@ -10,7 +10,8 @@ import pytest
 
 from processes import (STOP_TIMEOUT, SUMMARY_RE, RedisServer, ServerProcess,
                        children, descendants, discover_binaries, free_port,
-                       proc_stat, run_to_exit, settled, still_running)
+                       proc_stat, redis_settle, run_to_exit, settled,
+                       still_running)
 from rawhttp import Connection, assert_html_error, assert_recovers, get
 
 RECOVERY_CHECKS = 40  # guestbook pages before and after a Redis outage
@@ -100,7 +101,8 @@ def test_redis_outage_gives_503_then_recovers(binary, site, tmp_path):
         redis.start()  # same port
         # Every worker, not just one, is back: Redis is up, so no 503 (a
         # connection broken by the outage must be replaced, not reported).
-        assert_recovers(server.port, timeout=5, checks=RECOVERY_CHECKS)
+        assert_recovers(server.port, timeout=5, checks=RECOVERY_CHECKS,
+                        settle=redis_settle(server.model))
         server.stop()
     finally:
         server.cleanup()

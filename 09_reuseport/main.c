@@ -1,0 +1,2307 @@
+/*
+ * 09_reuseport: one epoll event loop per core (the multi-reactor).
+ *
+ * The model. 07_epoll's loop runs in N threads (one per CPU it may use, or
+ * ZEROHTTPD_LOOPS=1..256), each on its own `static __thread` state: epoll
+ * fd, listener, connections, timers, Redis link and FIFO, counters. No
+ * locks; nothing mutable is shared. The listeners share the port through
+ * SO_REUSEPORT: the kernel hands each new connection to one of them by a
+ * hash of its 4-tuple (addresses, ports), for the connection's life. nginx
+ * does this with processes (`worker_processes auto; listen 80 reuseport;`);
+ * threads keep one binary and one summary. main() only starts the loops,
+ * waits in sigwait() for SIGINT or SIGTERM, and stops them.
+ * Each loop serves its clients alone. All sockets are non-blocking;
+ * the loop asks the kernel which of them are ready, and advances each ready
+ * one as far as it goes without waiting: read what has arrived and resume the
+ * parser, write until the socket is full, hand a guestbook request to Redis
+ * and move on. Nothing ever blocks, so a slow client (or a slow Redis) delays
+ * no one else. Level-triggered readiness: an fd is reported on every call
+ * while it is ready, so a handler may stop after one read or write and be
+ * called again (no client can hog the loop by keeping its socket full).
+ * Interest follows the connection's state: readable while reading, writable
+ * only while a response waits for room.
+ * Here the kernel keeps the interest list: each fd is registered once
+ * (epoll_ctl) with a pointer to its connection (epoll_event.data.ptr), and
+ * epoll_wait() returns only the ready ones, pointer included: no copy, no
+ * scan, no lookup; a call costs in proportion to the ready fds, not the open
+ * ones. Level- rather than edge-triggered on purpose: edge would save a few
+ * epoll_ctl() calls but forces reading and writing to EAGAIN every time, or
+ * the event is lost for good; and level keeps the code of 06_poll.
+ *
+ * One request's life:
+ *   SYN -> the kernel hashes the 4-tuple to one loop's listener (for good)
+ *   wait_for_events -> listener ready: accept4() until EAGAIN, watch_fd()
+ *   -> client readable: recv() into its buffer, resume the parser
+ *   -> static: openat2 + send() the head + sendfile(); on EAGAIN ask for
+ *      writability and carry on from the saved offsets when it comes
+ *   -> guestbook: queue LRANGE on the loop's one Redis connection and wait in
+ *      a FIFO; each reply moves the request a step (INCR, GET), then the page
+ *   -> keep-alive: back to reading, under the idle timer
+ *
+ * What it gains: every core, with 07's code: the loops never wait for each
+ * other (no shared accept queue, lock or cache line), and a CPU-heavy page
+ * stalls only its own loop's clients.
+ * What it costs: an epoll fd, a listener and a Redis link per loop; a
+ * connection never moves, so the load is as even as the hash: uneven at low
+ * connection counts, and a few busy keep-alive clients may share one loop.
+ * Where it breaks: the hash is blind. A loop stalled by a slow page still
+ * gets its 1/N of new connections, which wait while other loops idle. Next
+ * step: steering, by SO_INCOMING_CPU (the loop on the CPU that took the
+ * packet) or a BPF program choosing the listener (SO_ATTACH_REUSEPORT_EBPF).
+ *
+ * Diff with: 07_epoll/main.c (one loop per thread: the __thread state, the
+ * listeners, main()), 03_preforked/main.c (N processes on one listener).
+ * Run: ./reuseport [port [redis-host [redis-port]]] from the repo root;
+ * ZEROHTTPD_LOOPS=2 ./reuseport for two loops.
+ */
+
+/* ===== Includes, constants and limits ===== */
+
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- shared: config ---- */
+/* Tunables shared by all eight servers, each with its reason. */
+#define DEFAULT_PORT       8000
+#define DEFAULT_REDIS_HOST "127.0.0.1"
+#define DEFAULT_REDIS_PORT 6379
+#define LISTEN_BACKLOG     16384 /* the kernel caps it at somaxconn */
+#define MAX_HEAD           8192  /* request line + headers, else 431 */
+#define MAX_URI            4096  /* request target, else 414 */
+#define MAX_METHOD         16    /* longer than any method we know */
+#define MAX_BODY           16384 /* POST body, else 413 */
+#define CONN_BUF_SIZE      (MAX_HEAD + MAX_BODY) /* one whole request fits */
+#define IDLE_TIMEOUT_MS    5000        /* keep-alive wait between requests */
+#define REQUEST_TIMEOUT_MS 10000       /* first byte to last byte of one */
+#define LINGER_MS          500         /* drain unread input before close */
+#define LINGER_MAX_BYTES   (64 * 1024) /* ...but no more than this */
+#define REDIS_TIMEOUT_MS   1000        /* connect or reply: 503 after this */
+#define REDIS_READ_SIZE    16384     /* room made for each recv() of replies */
+#define DRAIN_CHUNK        4096      /* lingering: bytes dropped per recv() */
+#define STRBUF_MAX         (4 << 20) /* largest page or Redis reply */
+#define RESP_MAX_LINE      64        /* a RESP type line: type + number */
+#define RESP_MAX_DEPTH     4         /* nested arrays we follow */
+#define RESP_MAX_ITEMS     128       /* strings in one reply */
+#define GUESTBOOK_SHOWN    "100"     /* newest remarks on the page */
+#define MAX_REMARK         2000      /* bytes after decoding, else 400 */
+#define MAX_NAME           100       /* bytes after decoding, else 400 */
+#define PUBLIC_DIR         "public"
+#define TEMPLATE_PATH      "templates/guestbook/index.html"
+#define TEMPLATE_MAX       (256 * 1024) /* refuse a runaway template */
+#define STATUS_CLASSES     6            /* 1xx..5xx, index by status / 100 */
+/* ---- end shared: config ---- */
+
+/* This model's own settings. */
+#define SERVER_NAME          "reuseport"
+#define KEEP_ALIVE           true /* an idle client costs a few hundred bytes */
+#define ACCEPT_WAKE_MS       1000 /* how late a stop request may be noticed */
+#define SEND_TIMEOUT_MS      10000 /* a reader that stops reading is dropped */
+#define EMFILE_PAUSE_MS      10    /* out of descriptors, no spare: wait */
+#define MAX_EVENTS           1024  /* ready fds handled per wait */
+#define REDIS_BACKOFF_MS     100   /* first reconnect delay, then doubled */
+#define REDIS_BACKOFF_MAX_MS 2000  /* ...up to this */
+#define FIFO_INITIAL         64    /* Redis waiters; the ring doubles */
+#define MAX_LOOPS            256 /* ZEROHTTPD_LOOPS: more than any core count */
+#define WAKE_SIGNAL          SIGUSR1 /* main's stop request to each loop */
+
+/* ===== Types ===== */
+
+/* ---- shared: types ---- */
+enum parse_result { PARSE_AGAIN, PARSE_DONE, PARSE_ERROR };
+
+enum method { METHOD_GET, METHOD_HEAD, METHOD_POST, METHOD_OTHER };
+
+enum parse_state {
+    S_METHOD,     /* reading the method token */
+    S_URI,        /* reading the request target */
+    S_VERSION,    /* reading "HTTP/x.y" */
+    S_REQUEST_LF, /* saw CR after the version */
+    S_HEADER,     /* at the start of a header line (or the blank line) */
+    S_NAME,       /* reading a header name */
+    S_VALUE,      /* reading a header value */
+    S_HEADER_LF,  /* saw CR after a header value */
+    S_BLANK_LF,   /* saw CR on the blank line */
+    S_DONE        /* the head is complete: more bytes are body */
+};
+
+/* One request as the parser sees it. Positions are offsets into the
+ * connection's buffer, which stays put until the request is answered. */
+struct http_request {
+    enum parse_state state; /* where the parser stopped, to resume there */
+    size_t pos;             /* next byte to look at */
+    size_t tok;             /* start of the token being read */
+    size_t name, name_len;  /* the header whose value is being read */
+    size_t value_end;       /* end of that value (before CR) */
+    enum method method;
+    size_t uri, uri_len;
+    int minor;                /* HTTP/1.<minor> */
+    long long content_length; /* -1 when absent */
+    bool has_host, form_type;
+    bool close, keep_alive_asked; /* Connection: close / keep-alive */
+    bool keep_alive;              /* decided once the head is parsed */
+    size_t body;                  /* offset of the first body byte */
+    int status;                   /* the error when PARSE_ERROR */
+};
+
+/* A growable byte buffer, bounded by STRBUF_MAX. */
+struct strbuf {
+    char *data;
+    size_t len, cap;
+};
+
+/* A Redis reply being framed; see resp_parse(). */
+struct resp_reply {
+    size_t pos;                     /* start of the next unparsed element */
+    int depth;                      /* arrays still open */
+    long long left[RESP_MAX_DEPTH]; /* elements each open array still owes */
+    char type;                      /* top-level type: + - : $ * */
+    long long integer;              /* ':' value, or '$'/'*' length */
+    size_t nitems;                  /* strings found, in reply order */
+    struct {
+        size_t off, len;
+    } item[RESP_MAX_ITEMS]; /* where they are in the reply buffer */
+};
+
+/* Requests served, for the summary at the stop. One page mapped MAP_SHARED
+ * and updated with atomics: 02's and 03's child processes and 04's and 05's
+ * threads all count into it (the one-thread servers pay a few cycles). */
+struct stats {
+    unsigned long served;
+    unsigned long by_class[STATUS_CLASSES];
+};
+
+/* What the whole server knows, set up once in main(). */
+struct server {
+    int port;
+    struct sockaddr_storage redis_addr; /* resolved once at start */
+    socklen_t redis_addr_len;
+    int listen_fd;
+    int public_fd;  /* O_PATH handle on public/, root for openat2 */
+    char *template; /* the guestbook page, NULL if unreadable */
+    size_t template_len;
+    bool log; /* ZEROHTTPD_LOG=1 */
+    struct stats *stats;
+};
+
+enum route { ROUTE_STATIC, ROUTE_PAGE, ROUTE_POST, ROUTE_ERROR };
+/* ---- end shared: types ---- */
+
+/* ---- shared: event_types ---- */
+/* Who owns a watched fd, so the loop knows whom to tell. */
+enum watch_kind { W_LISTENER, W_CLIENT, W_REDIS };
+
+/* Readiness, as asked for and as reported (each backend translates). */
+#define EV_READ  1u
+#define EV_WRITE 2u
+#define EV_ERROR 4u /* error or hang-up: reported whether asked for or not */
+
+/* One ready fd, as wait_for_events() reports it. */
+struct event {
+    struct watch *w;
+    unsigned events;
+};
+/* ---- end shared: event_types ---- */
+
+/* One watched fd, as this model's backend needs it. */
+struct watch {
+    int fd;
+    enum watch_kind kind; /* who handles its events */
+    unsigned events;      /* EV_READ | EV_WRITE asked for (0: none) */
+    bool added;           /* in the backend's interest list */
+};
+
+/* ---- shared: event_state ---- */
+enum conn_state {
+    C_READING, /* waiting for (the rest of) a request */
+    C_REDIS,   /* a guestbook request waits in the Redis FIFO */
+    C_WRITING, /* sending c->out, then the file */
+    C_LINGER,  /* after an error reply: dropping input until close */
+    C_CLOSED   /* closed; freed at the end of this loop iteration */
+};
+
+/* The deadline a connection waits on: one list per kind (see event_timers).
+ * T_NONE: no deadline of its own (answering, or waiting for Redis, which has
+ * its own). Every open connection is on exactly one list. */
+enum timer_kind { T_IDLE, T_REQUEST, T_SEND, T_LINGER, T_NONE, TIMER_KINDS };
+
+/* One client connection, from accept() to close(). */
+struct conn {
+    struct watch w; /* first: dispatch() turns a W_CLIENT watch into this */
+    enum conn_state state;
+    char *buf;  /* CONN_BUF_SIZE bytes while any are buffered, else NULL */
+    size_t len; /* bytes in buf */
+    struct http_request req;
+    bool linger;           /* an error answer: half-close and drain after it */
+    struct strbuf out;     /* the response head (and body, unless a file) */
+    size_t sent;           /* bytes of out already sent */
+    int file;              /* the file being sent after out, or -1 */
+    off_t file_off;        /* sendfile() progress... */
+    off_t file_size;       /* ...and its end */
+    struct strbuf work;    /* guestbook: the rendered entries */
+    int step;              /* guestbook: Redis replies received so far */
+    uint64_t ticket;       /* C_REDIS: our place in the Redis FIFO */
+    size_t drained;        /* C_LINGER: bytes read and dropped */
+    enum timer_kind timer; /* the timer list we are on */
+    int64_t deadline;      /* when that timer fires (loop.now clock) */
+    struct conn *prev, *next; /* neighbours on that list */
+};
+
+/* The loop's one Redis connection, shared by every client. Commands are
+ * pipelined and Redis answers in order, so a FIFO of waiting clients says
+ * whose each reply is. A client that goes away leaves a NULL in its slot:
+ * its reply still arrives and must be read, then dropped. */
+struct redis {
+    struct watch w;          /* fd -1 while disconnected */
+    bool connecting;         /* connect() in progress */
+    struct strbuf out;       /* commands queued... */
+    size_t sent;             /* ...and how much of them is sent */
+    struct strbuf in;        /* replies as they arrive */
+    struct resp_reply reply; /* the reply being framed in `in` */
+    struct conn **fifo;      /* slot ticket % fifo_cap: a waiting client */
+    uint64_t head, tail;     /* tickets: the next reply's, the next free */
+    size_t fifo_cap;         /* a power of two */
+    int64_t deadline;        /* connect or reply due by then; 0: none due */
+    int64_t retry_at;        /* disconnected: no new connect before this */
+    int backoff_ms;          /* the next retry delay */
+};
+
+struct timer_list {
+    struct conn *head, *tail; /* earliest deadline first */
+};
+
+/* The event loop's state, beside the server's. */
+struct loop {
+    struct watch listener;
+    struct redis redis;
+    struct timer_list timers[TIMER_KINDS];
+    struct conn *closed;      /* closed this iteration, linked by next */
+    int64_t now;              /* ms, read after each wait */
+    int spare_fd;             /* on /dev/null; given up to shed at EMFILE */
+    int64_t resume_accept_at; /* 0, or when to watch the listener again */
+};
+/* ---- end shared: event_state ---- */
+
+/* A loop, as main() sees it: set before it starts, read after it ends. */
+struct loop_thread {
+    pthread_t id;
+    struct server server; /* main's, with this loop's listen_fd and stats */
+    _Alignas(64) struct stats stats; /* this loop's counts: own cache line */
+};
+
+/* Per thread: each loop runs 07's code on its own copy of all of these. */
+static __thread struct server server; /* main's: the settings from start-up */
+static __thread struct loop loop;
+static __thread volatile sig_atomic_t stop_requested; /* WAKE_SIGNAL's flag */
+
+static struct loop_thread loops[MAX_LOOPS];
+static void on_stop_signal(int sig); /* start-up's: sets stop_requested */
+static int nloops;
+static sigset_t wake_mask; /* epoll_pwait's: SIGINT, SIGTERM (main's) only */
+
+/* ===== What the model uses from the app below ===== */
+
+/* ---- shared: app_api ---- */
+/* The app every model serves: defined after main(), identical in all eight
+ * files. This is all of it that a model calls. */
+
+/* Start-up (arguments, signals, public/, the template, the listener) and the
+ * summary printed at the stop. */
+static void server_init(int argc, char **argv);
+static int env_number(const char *var, int fallback, int min, int max);
+static void print_summary(void);
+static void die(const char *what);
+
+/* A request: the resumable parser over the connection's buffer, its size,
+ * and what it is for (a file, the guestbook page or form, an error). */
+static void http_request_init(struct http_request *r);
+static enum parse_result http_parse(struct http_request *r, const char *buf,
+                                    size_t len);
+static size_t request_size(const struct http_request *r);
+static enum route route_request(struct http_request *r, const char *buf,
+                                char *path, size_t size);
+
+/* A response: the head, a whole error page or redirect, the count. */
+static bool format_head(struct strbuf *out, const struct http_request *r,
+                        int status, const char *type, size_t length,
+                        const char *extra);
+static bool format_error(struct strbuf *out, const struct http_request *r,
+                         int status, const char *extra);
+static void slash_location(const struct http_request *r, const char *buf,
+                           char *out, size_t size);
+static void count_response(const struct http_request *r, const char *buf,
+                           int status, size_t bytes);
+
+/* A static file beneath public/, and its type. */
+static int open_public(char *path, size_t size, struct stat *st, int *status);
+static const char *mime_type(const char *path);
+
+/* The guestbook: Redis commands out and replies in (RESP), the page. */
+static bool resp_format(struct strbuf *out, int argc, const char *const argv[]);
+static enum parse_result resp_parse(struct resp_reply *r, const char *buf,
+                                    size_t len);
+static bool parse_integer(const char *s, const char *end, long long *out);
+static int guest_entry(const char *body, size_t len, char *entry, size_t size);
+static bool render_remarks(struct strbuf *out, const char *buf,
+                           const struct resp_reply *r);
+static bool render_page(struct strbuf *out, const struct strbuf *remarks,
+                        long long visitors);
+
+/* Growable byte buffers, and the clock every timeout reads. */
+static bool sb_reserve(struct strbuf *b, size_t extra);
+static bool sb_append(struct strbuf *b, const void *data, size_t n);
+static void sb_free(struct strbuf *b);
+static int64_t now_ms(void);
+/* ---- end shared: app_api ---- */
+
+/* ===== The concurrency model: one epoll loop per thread ===== */
+
+/* ---- shared: event_decls ---- */
+/* The loop's functions, declared here so that they can be defined below in
+ * reading order, the loop first; they also call each other in cycles (a
+ * Redis reply finishes a response, which may close its connection, which
+ * leaves the FIFO). */
+static void backend_init(void);
+static int next_timeout(void);
+static void expire_timers(void);
+static void free_closed(void);
+static void conn_close(struct conn *c);
+static void conn_advance(struct conn *c);
+static void respond_error(struct conn *c, int status, const char *extra);
+static void redis_queue(struct conn *c, int argc, const char *const argv[]);
+static void redis_send(void);
+static void redis_fail(void);
+static void accept_resume(void);
+/* ---- end shared: event_decls ---- */
+
+/* ---- shared: readiness_decls ---- */
+/* The readiness backend (06 poll, 07 epoll: same names, different insides)
+ * and the handlers dispatch() hands ready fds to. */
+static bool watch_fd(struct watch *w, unsigned events);
+static void unwatch_fd(struct watch *w);
+static int wait_for_events(struct event *ev, int max, int timeout_ms);
+static void dispatch(const struct event *ev);
+static void accept_clients(void);
+static void conn_event(struct conn *c, unsigned events);
+static void redis_event(unsigned events);
+/* ---- end shared: readiness_decls ---- */
+
+/* ---- shared: event_loop ---- */
+/* The loop. Each turn: sleep until an fd is ready or the next deadline,
+ * handle what is ready, fire what is due, send what Redis was given, free
+ * what was closed. A stop request interrupts the wait (no SA_RESTART). */
+static void serve_forever(void)
+{
+    struct event ready[MAX_EVENTS]; /* not static: 09 runs N loops */
+    while (!stop_requested) {
+        loop.now = now_ms();
+        int n = wait_for_events(ready, MAX_EVENTS, next_timeout());
+        loop.now = now_ms();
+        for (int i = 0; i < n; i++)
+            dispatch(&ready[i]);
+        expire_timers();
+        redis_send();
+        free_closed();
+    }
+}
+
+/* Hands one ready fd to its owner. */
+static void dispatch(const struct event *ev)
+{
+    switch (ev->w->kind) {
+    case W_LISTENER: accept_clients(); break;
+    case W_REDIS: redis_event(ev->events); break;
+    case W_CLIENT: conn_event((struct conn *)ev->w, ev->events); break;
+    }
+}
+
+/* server_init() made a blocking listener, as the blocking models want:
+ * here it turns non-blocking, the backend starts, and one descriptor is set
+ * aside for EMFILE. */
+static void loop_init(void)
+{
+    int flags = fcntl(server.listen_fd, F_GETFL);
+    if (flags < 0 || fcntl(server.listen_fd, F_SETFL, flags | O_NONBLOCK) < 0)
+        die("fcntl");
+    backend_init();
+    loop.now = now_ms();
+    loop.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    loop.redis.w = (struct watch){.fd = -1, .kind = W_REDIS};
+    loop.redis.backoff_ms = REDIS_BACKOFF_MS;
+    loop.listener = (struct watch){.fd = server.listen_fd, .kind = W_LISTENER};
+    if (loop.spare_fd < 0 || !watch_fd(&loop.listener, EV_READ))
+        die("event loop setup");
+}
+
+/* After a stop: every connection closed, then Redis and the listener. */
+static void loop_close(void)
+{
+    struct redis *rd = &loop.redis;
+    for (int k = 0; k < TIMER_KINDS; k++)
+        while (loop.timers[k].head)
+            conn_close(loop.timers[k].head);
+    free_closed();
+    if (rd->w.fd >= 0)
+        close(rd->w.fd);
+    sb_free(&rd->out);
+    sb_free(&rd->in);
+    free(rd->fifo);
+    close(loop.spare_fd);
+    close(server.listen_fd);
+}
+/* ---- end shared: event_loop ---- */
+
+/* The backend: epoll. The interest list lives in the kernel; each entry
+ * carries its struct watch back to us with every event. */
+static __thread int epoll_fd; /* each loop's own */
+
+static void backend_init(void)
+{
+    epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd < 0)
+        die("epoll_create1");
+}
+
+/* Asks to hear of `events` on w's fd (0: none for now; errors always come).
+ * One epoll_ctl() when the interest changes, nothing otherwise. */
+static bool watch_fd(struct watch *w, unsigned events)
+{
+    if (w->added && w->events == events)
+        return true;
+    struct epoll_event ev = {.events = (events & EV_READ ? EPOLLIN : 0) |
+                                       (events & EV_WRITE ? EPOLLOUT : 0),
+                             .data.ptr = w};
+    if (epoll_ctl(epoll_fd, w->added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, w->fd,
+                  &ev) < 0)
+        return false;
+    w->added = true;
+    w->events = events;
+    return true;
+}
+
+/* Before close(). (close() alone would also drop an fd that was never
+ * duplicated, but the listener is unwatched without being closed.) */
+static void unwatch_fd(struct watch *w)
+{
+    if (w->added)
+        epoll_ctl(epoll_fd, EPOLL_CTL_DEL, w->fd, NULL);
+    w->added = false;
+}
+
+/* Sleeps until fds are ready or timeout_ms pass; fills ev with at most max
+ * of them. The kernel hands back each one's watch: no lookup, no scan.
+ * Returns 0 on a timeout or a signal. WAKE_SIGNAL is let through only while
+ * asleep here, so a stop request cannot come between the loop's look at
+ * stop_requested and this wait (the race pselect() was made for). */
+static int wait_for_events(struct event *ev, int max, int timeout_ms)
+{
+    struct epoll_event ready[MAX_EVENTS];
+    int n = epoll_pwait(epoll_fd, ready, max < MAX_EVENTS ? max : MAX_EVENTS,
+                        timeout_ms, &wake_mask);
+    for (int i = 0; i < n; i++) {
+        uint32_t e = ready[i].events;
+        ev[i].w = ready[i].data.ptr;
+        ev[i].events = (e & EPOLLIN ? EV_READ : 0) |
+                       (e & EPOLLOUT ? EV_WRITE : 0) |
+                       (e & (EPOLLERR | EPOLLHUP) ? EV_ERROR : 0);
+    }
+    return n > 0 ? n : 0;
+}
+
+/* A loop thread: main's settings with its own listener and counters, and
+ * main's mask (SIGINT and SIGTERM are main's); 07's loop until woken. */
+static void *loop_main(void *arg)
+{
+    struct loop_thread *self = arg;
+    server = self->server;
+    loop_init();
+    serve_forever();
+    loop_close();
+    close(epoll_fd);
+    return NULL;
+}
+
+/* ZEROHTTPD_LOOPS, else a loop per CPU we may run on (taskset may say). */
+static int loops_wanted(void)
+{
+    cpu_set_t cpus;
+    int n = sched_getaffinity(0, sizeof cpus, &cpus) < 0 ? 1 : CPU_COUNT(&cpus);
+    return env_number("ZEROHTTPD_LOOPS", n < MAX_LOOPS ? n : MAX_LOOPS, 1,
+                      MAX_LOOPS);
+}
+
+/* One more listener on the port. SO_REUSEPORT, set before bind(), lets the
+ * sockets of one user share a port, each with its own accept queue. */
+static int open_reuseport_listener(void)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET,
+                               .sin_port = htons((uint16_t)server.port),
+                               .sin_addr.s_addr = htonl(INADDR_ANY)};
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0 ||
+        bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 ||
+        listen(fd, LISTEN_BACKLOG) < 0)
+        die("listen (SO_REUSEPORT)");
+    return fd;
+}
+
+/* Blocks the stop signals in main, hence in every loop started after; gives
+ * server_init()'s listener to loop 0 and a new one to each other loop.
+ * (signal()'s SA_RESTART does not matter: epoll_pwait is never restarted.) */
+static void loops_start(int n)
+{
+    sigset_t block;
+    int one = 1;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    wake_mask = block;
+    sigaddset(&block, WAKE_SIGNAL);
+    if (signal(WAKE_SIGNAL, on_stop_signal) == SIG_ERR ||
+        pthread_sigmask(SIG_BLOCK, &block, NULL) != 0)
+        die("signals");
+    /* server_init() bound the port without SO_REUSEPORT. Linux checks the
+     * flag of the sockets already bound when another binds, so setting it
+     * now lets the others join, with never a moment when nobody listens. */
+    if (setsockopt(server.listen_fd, SOL_SOCKET, SO_REUSEPORT, &one,
+                   sizeof one) < 0)
+        die("SO_REUSEPORT");
+    for (nloops = 0; nloops < n; nloops++) {
+        loops[nloops].server = server;
+        if (nloops > 0)
+            loops[nloops].server.listen_fd = open_reuseport_listener();
+        loops[nloops].server.stats = &loops[nloops].stats;
+    }
+    for (int i = 0; i < n; i++) {
+        errno = pthread_create(&loops[i].id, NULL, loop_main, &loops[i]);
+        if (errno != 0)
+            die("pthread_create");
+    }
+}
+
+/* main's part: wait for SIGINT or SIGTERM (or see one that came earlier),
+ * wake each loop, join it (it closes all it owns), add up its counts. */
+static void loops_stop(void)
+{
+    sigset_t stop = wake_mask; /* SIGINT and SIGTERM */
+    int sig;
+    errno = stop_requested ? 0 : sigwait(&stop, &sig);
+    for (int i = 0; i < nloops && errno == 0; i++)
+        errno = pthread_kill(loops[i].id, WAKE_SIGNAL);
+    if (errno != 0)
+        die("stopping the loops");
+    for (int i = 0; i < nloops; i++) {
+        pthread_join(loops[i].id, NULL); /* ours, not joined: cannot fail */
+        server.stats->served += loops[i].stats.served;
+        for (int k = 0; k < STATUS_CLASSES; k++)
+            server.stats->by_class[k] += loops[i].stats.by_class[k];
+    }
+}
+
+/* The second summary line: how the kernel's hash spread the requests. */
+static void print_loop_counts(void)
+{
+    printf("%s: per loop:", SERVER_NAME);
+    for (int i = 0; i < nloops; i++)
+        printf(" %lu", loops[i].stats.served);
+    printf("\n");
+    fflush(stdout);
+}
+
+/* ---- shared: event_timers ---- */
+/* Timers. Every timeout of a kind is the same length (5 s idle, 10 s for a
+ * whole request, 10 s without write progress, 500 ms lingering), so a timer
+ * armed now expires after every timer of its kind armed before it: one
+ * doubly-linked list per kind, appended to on (re)arm, stays in deadline
+ * order by itself. Arm, re-arm and cancel are O(1), no heap is needed, and
+ * the earliest list head bounds the wait.
+ *
+ * How long each kind of timer runs. T_NONE never fires. */
+static const int timer_ms[TIMER_KINDS] = {[T_IDLE] = IDLE_TIMEOUT_MS,
+                                          [T_REQUEST] = REQUEST_TIMEOUT_MS,
+                                          [T_SEND] = SEND_TIMEOUT_MS,
+                                          [T_LINGER] = LINGER_MS};
+
+static void timer_unlink(struct conn *c)
+{
+    struct timer_list *l = &loop.timers[c->timer];
+    if (!c->prev && l->head != c)
+        return; /* on no list: just opened */
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        l->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    else
+        l->tail = c->prev;
+    c->prev = c->next = NULL;
+}
+
+/* (Re)arms c's timer: off its list, onto the tail of kind's. Every timer of
+ * a kind runs equally long, so the tail always holds the latest deadline:
+ * the list stays sorted and is never searched. */
+static void timer_set(struct conn *c, enum timer_kind kind)
+{
+    struct timer_list *l = &loop.timers[kind];
+    timer_unlink(c);
+    c->timer = kind;
+    c->deadline = loop.now + timer_ms[kind];
+    c->prev = l->tail;
+    if (l->tail)
+        l->tail->next = c;
+    else
+        l->head = c;
+    l->tail = c;
+}
+
+/* Milliseconds to the earliest deadline: the list heads, the Redis reply,
+ * the accept pause; at most ACCEPT_WAKE_MS. */
+static int next_timeout(void)
+{
+    int64_t next = loop.now + ACCEPT_WAKE_MS;
+    for (int k = 0; k < T_NONE; k++)
+        if (loop.timers[k].head && loop.timers[k].head->deadline < next)
+            next = loop.timers[k].head->deadline;
+    if (loop.redis.deadline && loop.redis.deadline < next)
+        next = loop.redis.deadline;
+    if (loop.resume_accept_at && loop.resume_accept_at < next)
+        next = loop.resume_accept_at;
+    return next > loop.now ? (int)(next - loop.now) : 0;
+}
+
+/* Fires what is due. A connection past its deadline is closed without an
+ * answer (it idled, stalled mid-request, stopped reading, or has lingered
+ * long enough); a Redis reply overdue fails the link; a paused listener is
+ * watched again. Only expired list heads are looked at. */
+static void expire_timers(void)
+{
+    for (int k = 0; k < T_NONE; k++)
+        while (loop.timers[k].head && loop.timers[k].head->deadline <= loop.now)
+            conn_close(loop.timers[k].head);
+    if (loop.redis.deadline && loop.redis.deadline <= loop.now)
+        redis_fail();
+    if (loop.resume_accept_at && loop.resume_accept_at <= loop.now)
+        accept_resume();
+}
+/* ---- end shared: event_timers ---- */
+
+/* ---- shared: event_conn ---- */
+/* Asks for the events c needs next. If the kernel cannot take one more
+ * watch, the connection is closed. */
+static void conn_want(struct conn *c, unsigned events)
+{
+    if (!watch_fd(&c->w, events))
+        conn_close(c);
+}
+
+/* A new client: reading, under the idle timer, with no buffer until its
+ * first bytes arrive. (TCP_NODELAY came with it from the listener.) */
+static void conn_open(int fd)
+{
+    struct conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return;
+    }
+    c->w = (struct watch){.fd = fd, .kind = W_CLIENT};
+    c->file = -1;
+    http_request_init(&c->req);
+    timer_set(c, T_IDLE);
+    conn_want(c, EV_READ);
+}
+
+/* Ends a connection at once: its fd, file, timer, buffers and its place in
+ * the Redis FIFO go now. The struct is freed after this loop iteration
+ * (free_closed), because events already reported may still point at it. */
+static void conn_close(struct conn *c)
+{
+    struct redis *rd = &loop.redis;
+    if (c->state == C_CLOSED)
+        return;
+    if (c->state == C_REDIS && c->ticket >= rd->head)
+        rd->fifo[c->ticket & (rd->fifo_cap - 1)] = NULL;
+    unwatch_fd(&c->w);
+    close(c->w.fd);
+    if (c->file >= 0)
+        close(c->file);
+    timer_unlink(c);
+    free(c->buf);
+    sb_free(&c->out);
+    sb_free(&c->work);
+    c->state = C_CLOSED;
+    c->next = loop.closed;
+    loop.closed = c;
+}
+
+static void free_closed(void)
+{
+    while (loop.closed) {
+        struct conn *c = loop.closed;
+        loop.closed = c->next;
+        free(c);
+    }
+}
+
+/* The response is out. After an error: half-close and drain (see
+ * conn_drain). Connection: close: close. Otherwise back to reading, with the
+ * next pipelined request perhaps already buffered (conn_advance takes it);
+ * a connection left with nothing buffered gives its buffers back. */
+static void response_done(struct conn *c)
+{
+    size_t used = request_size(&c->req);
+    if (c->file >= 0)
+        close(c->file);
+    c->file = -1;
+    sb_free(&c->out);
+    sb_free(&c->work);
+    if (c->linger) {
+        free(c->buf);
+        c->buf = NULL;
+        shutdown(c->w.fd, SHUT_WR);
+        c->state = C_LINGER;
+        timer_set(c, T_LINGER);
+        conn_want(c, EV_READ);
+    } else if (!c->req.keep_alive)
+        conn_close(c);
+    else {
+        memmove(c->buf, c->buf + used, c->len - used);
+        c->len -= used;
+        if (c->len == 0) {
+            free(c->buf);
+            c->buf = NULL;
+        }
+        http_request_init(&c->req);
+        c->state = C_READING;
+        timer_set(c, c->len ? T_REQUEST : T_IDLE);
+        conn_want(c, EV_READ);
+    }
+}
+
+/* A send failed or fell short: a full socket waits for room, under the
+ * send timer; any other error ends the connection. */
+static void conn_stalled(struct conn *c, ssize_t n)
+{
+    if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        conn_close(c);
+        return;
+    }
+    timer_set(c, T_SEND);
+    conn_want(c, EV_WRITE);
+}
+
+/* Sends what the socket takes: the rest of c->out, then one sendfile() of
+ * the file from c->file_off (the kernel copies from the page cache; MSG_MORE
+ * lets the head share a packet with the file's first bytes). One sendfile()
+ * per event, so a fast reader of a large file cannot keep the loop to
+ * itself: level-triggered writability brings us back for the rest. */
+static void conn_write(struct conn *c)
+{
+    if (c->sent < c->out.len) { /* a short send means the socket is full */
+        ssize_t n = send(c->w.fd, c->out.data + c->sent, c->out.len - c->sent,
+                         MSG_NOSIGNAL | (c->file >= 0 ? MSG_MORE : 0));
+        if (n > 0)
+            c->sent += (size_t)n;
+        if (c->sent < c->out.len) {
+            conn_stalled(c, n);
+            return;
+        }
+    }
+    if (c->file >= 0 && c->file_off < c->file_size) {
+        ssize_t n = sendfile(c->w.fd, c->file, &c->file_off,
+                             (size_t)(c->file_size - c->file_off));
+        if (n == 0) /* the file shrank under us */
+            conn_close(c);
+        else if (c->file_off < c->file_size)
+            conn_stalled(c, n);
+        if (c->file_off < c->file_size || c->state == C_CLOSED)
+            return;
+    }
+    response_done(c);
+}
+
+/* Lingering after an error reply: read and drop what the client still
+ * sends, so that closing does not reset the connection under the reply.
+ * Ends at the client's FIN, after LINGER_MAX_BYTES, or by the timer. */
+static void conn_drain(struct conn *c)
+{
+    char sink[DRAIN_CHUNK];
+    ssize_t n = recv(c->w.fd, sink, sizeof sink, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n > 0)
+        c->drained += (size_t)n;
+    if (n <= 0 || c->drained >= LINGER_MAX_BYTES)
+        conn_close(c);
+}
+
+/* Readable. Reading: one recv() into the buffer (allocated now if need be);
+ * the parser runs in conn_advance. The buffer is never full here: a whole
+ * request fits, and whole ones are served before more is read. Busy with a
+ * request: stop listening until it is answered, or the level-triggered loop
+ * would report the same unread bytes again and again. */
+static void conn_read(struct conn *c)
+{
+    if (c->state == C_LINGER) {
+        conn_drain(c);
+        return;
+    }
+    if (c->state != C_READING) {
+        conn_want(c, c->w.events & ~EV_READ);
+        return;
+    }
+    if (!c->buf)
+        c->buf = malloc(CONN_BUF_SIZE);
+    if (!c->buf) {
+        conn_close(c);
+        return;
+    }
+    ssize_t n = recv(c->w.fd, c->buf + c->len, CONN_BUF_SIZE - c->len, 0);
+    if (n > 0) {
+        if (c->len == 0) /* the first byte starts the request's clock */
+            timer_set(c, T_REQUEST);
+        c->len += (size_t)n;
+    } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+        conn_close(c);
+    } else if (c->len == 0) {
+        free(c->buf);
+        c->buf = NULL;
+    }
+}
+
+/* A client's fd is ready: an error or hang-up ends it; otherwise write,
+ * read, then serve whatever complete requests are buffered. */
+static void conn_event(struct conn *c, unsigned events)
+{
+    if (c->state == C_CLOSED) /* closed earlier in this batch */
+        return;
+    if (events & EV_ERROR) {
+        conn_close(c);
+        return;
+    }
+    if ((events & EV_WRITE) && c->state == C_WRITING)
+        conn_write(c);
+    if ((events & EV_READ) && c->state != C_CLOSED)
+        conn_read(c);
+    conn_advance(c);
+}
+
+/* Out of descriptors: give up the spare one for a moment to accept the
+ * waiting client and close it at once (it is refused, not left in the
+ * backlog where the level-triggered listener would report it forever).
+ * accept() says EMFILE before it looks at the queue, so there may be no
+ * client after all. With no spare, stop watching the listener for
+ * EMFILE_PAUSE_MS instead. */
+static bool shed_client(void)
+{
+    int fd = -1, err = EMFILE;
+    if (loop.spare_fd >= 0) {
+        close(loop.spare_fd);
+        fd = accept4(server.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        err = errno;
+        if (fd >= 0)
+            close(fd);
+        loop.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    if (fd < 0 && err != EMFILE && err != ENFILE)
+        return false; /* EAGAIN: nobody was waiting after all */
+    if (server.log)
+        fprintf(stderr, "%s: out of descriptors: %s\n", SERVER_NAME,
+                fd >= 0 ? "refused a client" : "pausing accept");
+    if (fd >= 0)
+        return true;
+    unwatch_fd(&loop.listener);
+    loop.resume_accept_at = loop.now + EMFILE_PAUSE_MS;
+    return false;
+}
+
+static void accept_resume(void)
+{
+    loop.resume_accept_at = 0;
+    if (loop.spare_fd < 0)
+        loop.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (!watch_fd(&loop.listener, EV_READ))
+        loop.resume_accept_at = loop.now + EMFILE_PAUSE_MS;
+}
+
+/* The listener is readable: accept every waiting client, to EAGAIN. */
+static void accept_clients(void)
+{
+    for (;;) {
+        int fd =
+            accept4(server.listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0)
+            conn_open(fd);
+        else if (errno == EMFILE || errno == ENFILE) {
+            if (!shed_client())
+                return;
+        } else if (errno != EINTR && errno != ECONNABORTED)
+            return; /* EAGAIN: all taken */
+    }
+}
+/* ---- end shared: event_conn ---- */
+
+/* ---- shared: event_static ---- */
+/* Starts a response: c->out holds the head (and any body); `file`, owned
+ * from here on (-1: none), follows it. Sent at once as far as the socket
+ * takes it; writability events finish it. */
+static void conn_respond(struct conn *c, int status, int file, off_t size)
+{
+    if (file >= 0 && (size == 0 || c->req.method == METHOD_HEAD)) {
+        close(file);
+        file = -1;
+    }
+    count_response(&c->req, c->buf, status,
+                   c->out.len + (file >= 0 ? (size_t)size : 0));
+    c->file = file;
+    c->file_off = 0;
+    c->file_size = size;
+    c->sent = 0;
+    c->state = C_WRITING;
+    conn_write(c);
+}
+
+static void serve_static(struct conn *c, char *path, size_t size)
+{
+    struct stat st;
+    int status, file = open_public(path, size, &st, &status);
+    if (file < 0 && status != 301)
+        respond_error(c, status, NULL);
+    else if (file < 0) {
+        char location[MAX_URI + 64];
+        slash_location(&c->req, c->buf, location, sizeof location);
+        respond_error(c, status, location);
+    } else {
+        c->out.len = 0;
+        if (format_head(&c->out, &c->req, 200, mime_type(path),
+                        (size_t)st.st_size, NULL))
+            conn_respond(c, 200, file, st.st_size);
+        else {
+            close(file);
+            conn_close(c);
+        }
+    }
+}
+/* ---- end shared: event_static ---- */
+
+/* ---- shared: event_app ---- */
+/* An error page or a redirect; extra: more header lines, or NULL. */
+static void respond_error(struct conn *c, int status, const char *extra)
+{
+    c->out.len = 0;
+    if (format_error(&c->out, &c->req, status, extra))
+        conn_respond(c, status, -1, 0);
+    else
+        conn_close(c);
+}
+
+/* GET or HEAD /guestbook: the first of three Redis round trips. */
+static void guestbook_start(struct conn *c)
+{
+    static const char *const lrange[] = {"LRANGE", "guestbook:remarks",
+                                         ("-" GUESTBOOK_SHOWN), "-1"};
+    if (!server.template) {
+        respond_error(c, 500, NULL);
+        return;
+    }
+    c->step = 0;
+    redis_queue(c, 4, lrange);
+}
+
+/* POST /guestbook: one RPUSH, then the redirect. */
+static void post_guestbook(struct conn *c)
+{
+    char entry[MAX_NAME + MAX_REMARK + 32];
+    int status =
+        guest_entry(c->buf + c->req.body, (size_t)c->req.content_length, entry,
+                    sizeof entry);
+    const char *rpush[] = {"RPUSH", "guestbook:remarks", entry};
+    if (status != 0) {
+        respond_error(c, status, NULL);
+        return;
+    }
+    c->step = 0;
+    redis_queue(c, 3, rpush);
+}
+
+static void respond_page(struct conn *c, long long visitors)
+{
+    struct strbuf page = {0};
+    c->out.len = 0;
+    bool ok = render_page(&page, &c->work, visitors) &&
+              format_head(&c->out, &c->req, 200, "text/html; charset=utf-8",
+                          page.len, NULL) &&
+              (c->req.method == METHOD_HEAD ||
+               sb_append(&c->out, page.data, page.len));
+    sb_free(&page);
+    if (ok)
+        conn_respond(c, 200, -1, 0);
+    else
+        respond_error(c, 500, NULL);
+}
+
+/* One Redis reply for c, framed by r in buf: the next step, or the answer.
+ * POST: RPUSH's integer, then 303. GET: LRANGE's entries, INCR, then GET's
+ * count and the page. An error reply, or one of the wrong shape: 503. */
+static void guestbook_next(struct conn *c, const struct resp_reply *r,
+                           const char *buf)
+{
+    static const char *const incr[] = {"INCR", "guestbook:visitors"};
+    static const char *const get[] = {"GET", "guestbook:visitors"};
+    long long visitors = 0;
+    int step = c->step++;
+    if (r->type == '-')
+        respond_error(c, 503, NULL);
+    else if (c->req.method == METHOD_POST && r->type == ':')
+        respond_error(c, 303, "Location: /guestbook\r\n");
+    else if (c->req.method == METHOD_POST)
+        respond_error(c, 503, NULL);
+    else if (step == 0 && r->type == '*' && render_remarks(&c->work, buf, r))
+        redis_queue(c, 2, incr);
+    else if (step == 1)
+        redis_queue(c, 2, get);
+    else if (step == 2 && r->nitems == 1 &&
+             parse_integer(buf + r->item[0].off,
+                           buf + r->item[0].off + r->item[0].len, &visitors))
+        respond_page(c, visitors);
+    else
+        respond_error(c, 503, NULL);
+}
+
+/* A complete request: route it and start answering. Static files and
+ * errors are answered now; the guestbook waits for Redis. */
+static void start_request(struct conn *c)
+{
+    char path[MAX_URI + sizeof "index.html"];
+    switch (route_request(&c->req, c->buf, path, sizeof path)) {
+    case ROUTE_STATIC: serve_static(c, path, sizeof path); break;
+    case ROUTE_PAGE: guestbook_start(c); break;
+    case ROUTE_POST: post_guestbook(c); break;
+    default: respond_error(c, c->req.status, NULL); break;
+    }
+}
+
+/* Serves the complete requests in c's buffer, in order, each as far as it
+ * goes now. A pipelined request is looked at only once the one before it is
+ * answered, so responses leave in request order. */
+static void conn_advance(struct conn *c)
+{
+    while (c->state == C_READING && c->len > 0) {
+        /* Called again while a body arrives, the parser stays PARSE_DONE. */
+        enum parse_result pr = http_parse(&c->req, c->buf, c->len);
+        if (pr == PARSE_AGAIN ||
+            (pr == PARSE_DONE && c->len < request_size(&c->req)))
+            return;
+        timer_set(c, T_NONE); /* complete: the reading clocks stop */
+        if (pr == PARSE_ERROR) {
+            c->linger = true;
+            respond_error(c, c->req.status, NULL);
+        } else
+            start_request(c);
+    }
+}
+/* ---- end shared: event_app ---- */
+
+/* ---- shared: event_fifo ---- */
+/* Parks c at the FIFO's tail. Tickets count up for ever; a ticket's slot is
+ * ticket % fifo_cap, and the ring doubles when full. */
+static bool fifo_push(struct conn *c)
+{
+    struct redis *rd = &loop.redis;
+    if (rd->tail - rd->head == rd->fifo_cap) {
+        size_t cap = rd->fifo_cap ? rd->fifo_cap * 2 : FIFO_INITIAL;
+        struct conn **fifo = malloc(cap * sizeof *fifo);
+        if (!fifo)
+            return false;
+        for (uint64_t t = rd->head; t != rd->tail; t++)
+            fifo[t & (cap - 1)] = rd->fifo[t & (rd->fifo_cap - 1)];
+        free(rd->fifo);
+        rd->fifo = fifo;
+        rd->fifo_cap = cap;
+    }
+    c->ticket = rd->tail++;
+    rd->fifo[c->ticket & (rd->fifo_cap - 1)] = c;
+    return true;
+}
+
+/* The client owed the next reply: NULL if it has gone (or none waits). */
+static struct conn *fifo_pop(void)
+{
+    struct redis *rd = &loop.redis;
+    if (rd->head == rd->tail)
+        return NULL;
+    return rd->fifo[rd->head++ & (rd->fifo_cap - 1)];
+}
+/* ---- end shared: event_fifo ---- */
+
+/* ---- shared: event_replies ---- */
+/* What every event loop does when its Redis link fails, however it drives
+ * the link: forget the reply half read, allow a new connect only after a
+ * backoff that doubles (a dead Redis costs one connect per backoff, not one
+ * per request), and answer 503 to every waiting client: their replies will
+ * never come. */
+static void redis_drop_waiters(void)
+{
+    struct redis *rd = &loop.redis;
+    rd->connecting = false;
+    rd->out.len = rd->in.len = 0;
+    rd->reply = (struct resp_reply){0};
+    rd->deadline = 0;
+    rd->retry_at = loop.now + rd->backoff_ms;
+    rd->backoff_ms = rd->backoff_ms * 2 < REDIS_BACKOFF_MAX_MS
+                         ? rd->backoff_ms * 2
+                         : REDIS_BACKOFF_MAX_MS;
+    while (rd->head != rd->tail) {
+        struct conn *c = fifo_pop();
+        if (c) {
+            respond_error(c, 503, NULL);
+            conn_advance(c);
+        }
+    }
+}
+
+/* Moves the reply being framed to the start of the buffer, offsets too. */
+static void redis_compact(size_t start)
+{
+    struct redis *rd = &loop.redis;
+    if (start == 0)
+        return;
+    memmove(rd->in.data, rd->in.data + start, rd->in.len - start);
+    rd->in.len -= start;
+    rd->reply.pos -= start;
+    for (size_t i = 0; i < rd->reply.nitems; i++)
+        rd->reply.item[i].off -= start;
+}
+
+/* n more bytes of replies have landed in rd->in: frame each whole reply
+ * and hand it to the client at the FIFO's head (or drop it, if that client
+ * has gone). Each reply resets the reply clock for the next waiter. False
+ * when the link failed instead (a garbled reply, or one nobody asked for). */
+static bool redis_take_replies(size_t n)
+{
+    struct redis *rd = &loop.redis;
+    size_t start = 0; /* where the reply being framed begins */
+    rd->in.len += n;
+    for (;;) {
+        enum parse_result pr = resp_parse(&rd->reply, rd->in.data, rd->in.len);
+        if (pr == PARSE_AGAIN)
+            break;
+        if (pr == PARSE_ERROR || rd->head == rd->tail) {
+            redis_fail();
+            return false;
+        }
+        struct conn *c = fifo_pop();
+        rd->backoff_ms = REDIS_BACKOFF_MS; /* healthy again */
+        rd->deadline = rd->head != rd->tail ? loop.now + REDIS_TIMEOUT_MS : 0;
+        if (c) {
+            guestbook_next(c, &rd->reply, rd->in.data);
+            conn_advance(c);
+        }
+        start = rd->reply.pos;
+        rd->reply = (struct resp_reply){.pos = start};
+    }
+    redis_compact(start);
+    return true;
+}
+/* ---- end shared: event_replies ---- */
+
+/* ---- shared: event_redis ---- */
+/* The link is down, garbled or too slow: close it, then back off and let
+ * every waiting client go (redis_drop_waiters). */
+static void redis_fail(void)
+{
+    struct redis *rd = &loop.redis;
+    if (rd->w.fd >= 0) {
+        unwatch_fd(&rd->w);
+        close(rd->w.fd);
+        if (server.log)
+            fprintf(stderr, "%s: redis: link lost, retry in %d ms\n",
+                    SERVER_NAME, rd->backoff_ms);
+    }
+    rd->w.fd = -1;
+    rd->sent = 0;
+    redis_drop_waiters();
+}
+
+/* Starts a non-blocking connect; its outcome arrives as writability (see
+ * redis_event) within REDIS_TIMEOUT_MS. */
+static bool redis_connect(void)
+{
+    struct redis *rd = &loop.redis;
+    int one = 1;
+    rd->w.fd = socket(server.redis_addr.ss_family,
+                      SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (rd->w.fd < 0) {
+        redis_fail();
+        return false;
+    }
+    setsockopt(rd->w.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    rd->connecting = true;
+    rd->deadline = loop.now + REDIS_TIMEOUT_MS;
+    if ((connect(rd->w.fd, (struct sockaddr *)&server.redis_addr,
+                 server.redis_addr_len) < 0 &&
+         errno != EINPROGRESS) ||
+        !watch_fd(&rd->w, EV_READ | EV_WRITE)) {
+        redis_fail();
+        return false;
+    }
+    return true;
+}
+
+/* Queues c's next command (sent at the end of this loop iteration, with
+ * everyone else's) and parks c in the FIFO until its reply. Redis down and
+ * not yet due for a retry: 503 at once. (LAB redis-fifo) */
+static void redis_queue(struct conn *c, int argc, const char *const argv[])
+{
+    struct redis *rd = &loop.redis;
+    if (rd->w.fd < 0 && (loop.now < rd->retry_at || !redis_connect())) {
+        respond_error(c, 503, NULL);
+        return;
+    }
+    size_t queued = rd->out.len;
+    if (!resp_format(&rd->out, argc, argv) || !fifo_push(c)) {
+        rd->out.len = queued; /* half a command would garble the stream */
+        respond_error(c, 503, NULL);
+        return;
+    }
+    if (rd->head + 1 == rd->tail && !rd->connecting)
+        rd->deadline = loop.now + REDIS_TIMEOUT_MS; /* the first waiter */
+    c->state = C_REDIS;
+}
+
+/* Replies have arrived: read them, then frame and deliver them. */
+static void redis_read(void)
+{
+    struct redis *rd = &loop.redis;
+    if (!sb_reserve(&rd->in, REDIS_READ_SIZE)) {
+        redis_fail();
+        return;
+    }
+    ssize_t n =
+        recv(rd->w.fd, rd->in.data + rd->in.len, rd->in.cap - rd->in.len, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        redis_fail();
+        return;
+    }
+    redis_take_replies((size_t)n);
+}
+
+/* Sends the queued commands, as far as the socket takes them. Called once
+ * per loop iteration, so the commands of every client served in it leave
+ * in one send(): that is the pipelining. */
+static void redis_send(void)
+{
+    struct redis *rd = &loop.redis;
+    if (rd->w.fd < 0 || rd->connecting)
+        return;
+    while (rd->sent < rd->out.len) {
+        ssize_t n = send(rd->w.fd, rd->out.data + rd->sent,
+                         rd->out.len - rd->sent, MSG_NOSIGNAL);
+        if (n < 0 && errno != EAGAIN && errno != EINTR) {
+            redis_fail();
+            return;
+        }
+        if (n < 0)
+            break;
+        rd->sent += (size_t)n;
+    }
+    if (rd->sent == rd->out.len)
+        rd->sent = rd->out.len = 0;
+    if (!watch_fd(&rd->w, EV_READ | (rd->out.len ? EV_WRITE : 0)))
+        redis_fail();
+}
+
+/* The Redis fd is ready: finish a connect, take replies. (What is queued
+ * goes out in the loop's one redis_send() after every event is handled.) */
+static void redis_event(unsigned events)
+{
+    struct redis *rd = &loop.redis;
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (rd->w.fd < 0 || (rd->connecting && !(events & (EV_WRITE | EV_ERROR))))
+        return;
+    if (rd->connecting) {
+        if (getsockopt(rd->w.fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 ||
+            err != 0) {
+            redis_fail();
+            return;
+        }
+        rd->connecting = false;
+        rd->deadline = rd->head != rd->tail ? loop.now + REDIS_TIMEOUT_MS : 0;
+    }
+    if (events & (EV_READ | EV_ERROR))
+        redis_read();
+}
+/* ---- end shared: event_redis ---- */
+
+/* ===== main ===== */
+
+int main(int argc, char **argv)
+{
+    int n = loops_wanted(); /* a bad ZEROHTTPD_LOOPS: exit 2 before listening */
+    server_init(argc, argv);
+    loops_start(n);
+    loops_stop();
+    print_summary();
+    print_loop_counts();
+    return 0;
+}
+
+/* ===== The app: identical in every server (make check-sync) ===== */
+
+/* ----- The app: small utilities ----- */
+
+/* ---- shared: util ---- */
+/* Start-up failures only: per-connection trouble never ends the server. */
+static void die(const char *what)
+{
+    fprintf(stderr, "%s: %s: %s\n", SERVER_NAME, what, strerror(errno));
+    exit(1);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool sb_reserve(struct strbuf *b, size_t extra)
+{
+    if (b->len + extra <= b->cap)
+        return true;
+    if (b->len + extra > STRBUF_MAX)
+        return false;
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->len + extra)
+        cap *= 2;
+    char *data = realloc(b->data, cap);
+    if (!data)
+        return false;
+    b->data = data;
+    b->cap = cap;
+    return true;
+}
+
+static bool sb_append(struct strbuf *b, const void *data, size_t n)
+{
+    if (n == 0) /* data may be NULL: an empty strbuf never allocated */
+        return true;
+    if (!sb_reserve(b, n))
+        return false;
+    memcpy(b->data + b->len, data, n);
+    b->len += n;
+    return true;
+}
+
+static bool sb_puts(struct strbuf *b, const char *s)
+{
+    return sb_append(b, s, strlen(s));
+}
+
+__attribute__((format(printf, 2, 3))) static bool
+sb_printf(struct strbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    size_t room = b->cap - b->len;
+    va_start(ap, fmt); /* into the room there is; again only if too small */
+    int n = vsnprintf(room ? b->data + b->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return false;
+    if ((size_t)n >= room) {
+        if (!sb_reserve(b, (size_t)n + 1))
+            return false;
+        va_start(ap, fmt);
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    b->len += (size_t)n;
+    return true;
+}
+
+static void sb_free(struct strbuf *b)
+{
+    free(b->data);
+    *b = (struct strbuf){0};
+}
+
+/* Does the counted string a equal b: exactly, or ignoring case. */
+static bool eq(const char *a, size_t alen, const char *b)
+{
+    return alen == strlen(b) && memcmp(a, b, alen) == 0;
+}
+
+static bool ieq(const char *a, size_t alen, const char *b)
+{
+    return alen == strlen(b) && strncasecmp(a, b, alen) == 0;
+}
+/* ---- end shared: util ---- */
+
+/* ----- The app: HTTP, parsing requests ----- */
+
+/* ---- shared: http_parser ---- */
+/* RFC 9110 token characters: what a method or header name may contain. */
+static bool is_tchar(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static enum parse_result parse_fail(struct http_request *r, int status)
+{
+    r->status = status;
+    r->keep_alive = false;
+    return PARSE_ERROR;
+}
+
+static int parse_method(struct http_request *r, const char *m, size_t len)
+{
+    if (len == 0)
+        return 400;
+    r->method = eq(m, len, "GET")    ? METHOD_GET
+                : eq(m, len, "HEAD") ? METHOD_HEAD
+                : eq(m, len, "POST")
+                    ? METHOD_POST
+                    : METHOD_OTHER; /* methods are case-sensitive */
+    return 0;
+}
+
+/* "HTTP/1.0" and "HTTP/1.1" are served; other well-formed versions get 505. */
+static int parse_version(struct http_request *r, const char *v, size_t len)
+{
+    if (len != 8 || memcmp(v, "HTTP/", 5) != 0 || v[6] != '.' || v[5] < '0' ||
+        v[5] > '9' || v[7] < '0' || v[7] > '9')
+        return 400;
+    if (v[5] != '1' || (v[7] != '0' && v[7] != '1'))
+        return 505;
+    r->minor = v[7] - '0';
+    return 0;
+}
+
+/* Content-Length: digits only, once; anything else is a smuggling risk. */
+static int parse_length(struct http_request *r, const char *v, size_t len)
+{
+    if (r->content_length >= 0 || len == 0 || len > 9)
+        return 400;
+    long long n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return 400;
+        n = n * 10 + (v[i] - '0');
+    }
+    r->content_length = n;
+    return 0;
+}
+
+/* Connection: a comma-separated list; we care about two tokens. */
+static void parse_connection(struct http_request *r, const char *v, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < len && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
+            i++;
+        if (ieq(v + start, i - start, "close"))
+            r->close = true;
+        else if (ieq(v + start, i - start, "keep-alive"))
+            r->keep_alive_asked = true;
+    }
+}
+
+/* One complete header line: trim the value and note what we need. */
+static int header_done(struct http_request *r, const char *buf)
+{
+    const char *name = buf + r->name, *v = buf + r->tok;
+    size_t len = r->value_end - r->tok;
+    while (len && (*v == ' ' || *v == '\t')) {
+        v++;
+        len--;
+    }
+    while (len && (v[len - 1] == ' ' || v[len - 1] == '\t'))
+        len--;
+    if (ieq(name, r->name_len, "Content-Length"))
+        return parse_length(r, v, len);
+    if (ieq(name, r->name_len, "Transfer-Encoding"))
+        return 501; /* no chunked bodies: refuse rather than misframe */
+    if (ieq(name, r->name_len, "Connection"))
+        parse_connection(r, v, len);
+    if (ieq(name, r->name_len, "Host")) {
+        if (r->has_host)
+            return 400;
+        r->has_host = true;
+    }
+    if (ieq(name, r->name_len, "Content-Type")) {
+        static const char form[] = "application/x-www-form-urlencoded";
+        size_t n = sizeof form - 1;
+        r->form_type = len >= n && strncasecmp(v, form, n) == 0 &&
+                       (len == n || v[n] == ';' || v[n] == ' ');
+    }
+    return 0;
+}
+
+/* The head is complete: the checks that need all of it. */
+static enum parse_result head_done(struct http_request *r)
+{
+    if (r->minor == 1 && !r->has_host)
+        return parse_fail(r, 400);
+    if (r->method == METHOD_POST && r->content_length < 0)
+        return parse_fail(r, 411);
+    if (r->content_length > MAX_BODY)
+        return parse_fail(r, 413);
+    r->keep_alive =
+        KEEP_ALIVE && !r->close && (r->minor == 1 || r->keep_alive_asked);
+    r->state = S_DONE;
+    return PARSE_DONE;
+}
+
+/* Resumable request-head parser (the shape of nginx's and sehttpd's): it
+ * consumes buf[r->pos..len), saves its state and position, and returns
+ * PARSE_AGAIN to be called again with more bytes. PARSE_DONE leaves r->body
+ * at the first body byte; PARSE_ERROR leaves the status in r->status. */
+static enum parse_result http_parse(struct http_request *r, const char *buf,
+                                    size_t len)
+{
+    if (r->state == S_DONE)
+        return PARSE_DONE; /* called again while the body arrives */
+    for (; r->pos < len; r->pos++) {
+        unsigned char c = (unsigned char)buf[r->pos];
+        size_t n = r->pos - r->tok; /* length of the token so far */
+        int status = 0;
+        if (r->pos >= MAX_HEAD)
+            return parse_fail(r, r->state == S_URI ? 414 : 431);
+        switch (r->state) {
+        case S_METHOD:
+            if ((c == '\r' || c == '\n') && n == 0)
+                r->tok = r->pos + 1; /* stray blank line before a request */
+            else if (c == ' ') {
+                status = parse_method(r, buf + r->tok, n);
+                r->state = S_URI;
+                r->tok = r->pos + 1;
+            } else if (!is_tchar(c) || n >= MAX_METHOD)
+                status = 400;
+            break;
+        case S_URI:
+            if (c == ' ' && n > 0) {
+                r->uri = r->tok;
+                r->uri_len = n;
+                r->state = S_VERSION;
+                r->tok = r->pos + 1;
+            } else if (c <= ' ' || c == 0x7f)
+                status = 400;
+            else if (n >= MAX_URI)
+                status = 414;
+            break;
+        case S_VERSION:
+            if (c == '\r' || c == '\n') {
+                status = parse_version(r, buf + r->tok, n);
+                r->state = c == '\r' ? S_REQUEST_LF : S_HEADER;
+            } else if (n >= 8)
+                status = 400;
+            break;
+        case S_REQUEST_LF:
+        case S_HEADER_LF:
+            if (c != '\n')
+                status = 400;
+            else if (r->state == S_HEADER_LF)
+                status = header_done(r, buf);
+            r->state = S_HEADER;
+            break;
+        case S_HEADER:
+            r->tok = r->pos;
+            if (c == '\r')
+                r->state = S_BLANK_LF;
+            else if (c == '\n') {
+                r->body = ++r->pos;
+                return head_done(r);
+            } else if (is_tchar(c))
+                r->state = S_NAME;
+            else
+                status = 400; /* includes obsolete line folding */
+            break;
+        case S_NAME:
+            if (c == ':' && n > 0) {
+                r->name = r->tok;
+                r->name_len = n;
+                r->tok = r->pos + 1;
+                r->state = S_VALUE;
+            } else if (!is_tchar(c))
+                status = 400;
+            break;
+        case S_VALUE:
+            if (c == '\r' || c == '\n') {
+                r->value_end = r->pos;
+                if (c == '\n')
+                    status = header_done(r, buf);
+                r->state = c == '\r' ? S_HEADER_LF : S_HEADER;
+            } else if ((c < ' ' && c != '\t') || c == 0x7f)
+                status = 400;
+            break;
+        case S_BLANK_LF:
+            if (c != '\n')
+                return parse_fail(r, 400);
+            r->body = ++r->pos;
+            return head_done(r);
+        case S_DONE: break; /* returned above, before the loop */
+        }
+        if (status)
+            return parse_fail(r, status);
+    }
+    return PARSE_AGAIN;
+}
+
+static void http_request_init(struct http_request *r)
+{
+    *r = (struct http_request){.content_length = -1, .minor = 1};
+}
+
+/* Bytes the whole request (head and body) occupies in the buffer. */
+static size_t request_size(const struct http_request *r)
+{
+    return r->body + (size_t)(r->content_length > 0 ? r->content_length : 0);
+}
+/* ---- end shared: http_parser ---- */
+
+/* ----- The app: HTTP, building responses ----- */
+
+/* ---- shared: http_response ---- */
+static const char *reason_phrase(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 301: return "Moved Permanently";
+    case 303: return "See Other";
+    case 400: return "Bad Request";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Internal Server Error";
+    }
+}
+
+/* Status line and headers. `Connection` where it differs from the version's
+ * default (HTTP/1.1 keeps, HTTP/1.0 closes) or refuses what the client asked.
+ */
+static bool format_head(struct strbuf *out, const struct http_request *r,
+                        int status, const char *type, size_t length,
+                        const char *extra)
+{
+    char date[64];
+    struct tm tm;
+    time_t t = time(NULL);
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&t, &tm));
+    const char *conn = "";
+    if (!r->keep_alive && (r->minor == 1 || r->keep_alive_asked))
+        conn = "Connection: close\r\n";
+    else if (r->minor == 0 && r->keep_alive)
+        conn = "Connection: keep-alive\r\n";
+    return sb_printf(out,
+                     "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: zerohttpd/%s\r\n"
+                     "Content-Length: %zu\r\nContent-Type: %s\r\n%s%s\r\n",
+                     status, reason_phrase(status), date, SERVER_NAME, length,
+                     type, conn, extra ? extra : "");
+}
+
+/* A complete small response with an HTML body: errors and redirects. */
+static bool format_error(struct strbuf *out, const struct http_request *r,
+                         int status, const char *extra)
+{
+    char body[256];
+    int n =
+        snprintf(body, sizeof body,
+                 "<!DOCTYPE html>\n<html><head><title>%d %s</title></head>"
+                 "<body><h1>%d %s</h1></body></html>\n",
+                 status, reason_phrase(status), status, reason_phrase(status));
+    if (n < 0 || (size_t)n >= sizeof body)
+        return false;
+    if (status == 405 && !extra)
+        extra = "Allow: GET, HEAD\r\n";
+    return format_head(out, r, status, "text/html; charset=utf-8", (size_t)n,
+                       extra) &&
+           (r->method == METHOD_HEAD || sb_append(out, body, (size_t)n));
+}
+
+/* The Location that sends a directory named without its slash to the same
+ * target with one: the raw path (query dropped), plus "/". */
+static void slash_location(const struct http_request *r, const char *buf,
+                           char *out, size_t size)
+{
+    const char *uri = buf + r->uri;
+    const char *query = memchr(uri, '?', r->uri_len);
+    int len = (int)(query ? (size_t)(query - uri) : r->uri_len);
+    int n = snprintf(out, size, "Location: %.*s/\r\n", len, uri);
+    if (n < 0 || (size_t)n >= size)
+        out[0] = '\0';
+}
+
+/* Every answered request passes here once: counters, then the access log. */
+static void count_response(const struct http_request *r, const char *buf,
+                           int status, size_t bytes)
+{
+    __atomic_fetch_add(&server.stats->served, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&server.stats->by_class[status / 100 % STATUS_CLASSES],
+                       1, __ATOMIC_RELAXED);
+    if (server.log)
+        fprintf(stderr, "%s %.*s %d %zu\n",
+                r->method == METHOD_GET    ? "GET"
+                : r->method == METHOD_HEAD ? "HEAD"
+                : r->method == METHOD_POST ? "POST"
+                                           : "-",
+                (int)r->uri_len, buf + r->uri, status, bytes);
+}
+/* ---- end shared: http_response ---- */
+
+/* ----- The app: static files ----- */
+
+/* ---- shared: static_files ---- */
+static const char *mime_type(const char *path)
+{
+    static const char *const table[][2] = {
+        {"html", "text/html; charset=utf-8"},
+        {"htm", "text/html; charset=utf-8"},
+        {"css", "text/css; charset=utf-8"},
+        {"js", "text/javascript; charset=utf-8"},
+        {"json", "application/json"},
+        {"txt", "text/plain; charset=utf-8"},
+        {"png", "image/png"},
+        {"jpg", "image/jpeg"},
+        {"jpeg", "image/jpeg"},
+        {"gif", "image/gif"},
+        {"svg", "image/svg+xml"},
+        {"ico", "image/x-icon"},
+        {"webp", "image/webp"},
+        {"woff2", "font/woff2"},
+        {"pdf", "application/pdf"},
+    };
+    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+    if (dot && (!slash || dot > slash))
+        for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+            if (strcasecmp(dot + 1, table[i][0]) == 0)
+                return table[i][1];
+    return "application/octet-stream";
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes in[0..len) into out (NUL-terminated). Returns the decoded
+ * length, -1 for a bad escape or a NUL byte, -2 if it does not fit in size. */
+static long url_decode(const char *in, size_t len, char *out, size_t size,
+                       bool plus_is_space)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = in[i];
+        if (c == '%') {
+            int hi = i + 2 < len ? hex_value(in[i + 1]) : -1;
+            int lo = hi >= 0 ? hex_value(in[i + 2]) : -1;
+            if (lo < 0)
+                return -1;
+            c = (char)(hi * 16 + lo);
+            i += 2;
+        } else if (c == '+' && plus_is_space)
+            c = ' ';
+        if (c == '\0')
+            return -1;
+        if (n + 1 >= size)
+            return -2;
+        out[n++] = c;
+    }
+    out[n] = '\0';
+    return (long)n;
+}
+
+/* Decodes the request target's path once and refuses what could escape
+ * public/ lexically: `..` segments, backslashes, control bytes. Symlinks are
+ * openat2's job. Returns 0 or an HTTP status. */
+static int decode_path(const char *uri, size_t len, char *path, size_t size)
+{
+    const char *query = memchr(uri, '?', len);
+    if (query)
+        len = (size_t)(query - uri);
+    if (len == 0 || uri[0] != '/')
+        return 400;
+    long n = url_decode(uri, len, path, size, false);
+    if (n < 0)
+        return n == -2 ? 414 : 400;
+    for (long i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)path[i];
+        if (c < ' ' || c == 0x7f || c == '\\')
+            return 400;
+        if (c == '/' && path[i + 1] == '.' && path[i + 2] == '.' &&
+            (path[i + 3] == '/' || path[i + 3] == '\0'))
+            return 400;
+    }
+    return 0;
+}
+
+/* Opens a file beneath public/ for reading: the kernel refuses any path,
+ * symlink included, that would leave the directory. Returns the fd, or -1
+ * with *status set (301 for a directory named without its slash). */
+static int open_public(char *path, size_t size, struct stat *st, int *status)
+{
+    size_t len = strlen(path);
+    if (path[len - 1] == '/') {
+        if (len + sizeof "index.html" > size) {
+            *status = 414;
+            return -1;
+        }
+        memcpy(path + len, "index.html", sizeof "index.html");
+    }
+    /* O_NONBLOCK: a FIFO dropped into public/ must not hang the open. */
+    struct open_how how = {.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+    int fd =
+        (int)syscall(SYS_openat2, server.public_fd, path + 1, &how, sizeof how);
+    if (fd < 0) {
+        *status = errno == EACCES                      ? 403
+                  : errno == EMFILE || errno == ENFILE ? 503
+                                                       : 404;
+        return -1;
+    }
+    bool known = fstat(fd, st) == 0;
+    if (known && S_ISREG(st->st_mode))
+        return fd;
+    *status = known && S_ISDIR(st->st_mode) ? 301 : 404;
+    close(fd);
+    return -1;
+}
+/* ---- end shared: static_files ---- */
+
+/* ----- The app: the Redis RESP client ----- */
+
+/* ---- shared: resp ---- */
+/* A command as a RESP array of bulk strings, each sent with its length. */
+static bool resp_format(struct strbuf *out, int argc, const char *const argv[])
+{
+    if (!sb_printf(out, "*%d\r\n", argc))
+        return false;
+    for (int i = 0; i < argc; i++) {
+        size_t n = strlen(argv[i]);
+        if (!sb_printf(out, "$%zu\r\n", n) || !sb_append(out, argv[i], n) ||
+            !sb_append(out, "\r\n", 2))
+            return false;
+    }
+    return true;
+}
+
+static bool parse_integer(const char *s, const char *end, long long *out)
+{
+    bool neg = s < end && *s == '-';
+    s += neg;
+    if (s == end || end - s > 18)
+        return false;
+    long long n = 0;
+    for (; s < end; s++) {
+        if (*s < '0' || *s > '9')
+            return false;
+        n = n * 10 + (*s - '0');
+    }
+    *out = neg ? -n : n;
+    return true;
+}
+
+/* Frames one RESP2 reply in buf[0..len), resumably: it advances r->pos over
+ * whole elements only, so a reply arriving in pieces is never parsed twice
+ * past its last complete element. Strings (simple, error, bulk) are recorded
+ * in r->item in order; r->pos is the reply's size when PARSE_DONE. */
+static enum parse_result resp_parse(struct resp_reply *r, const char *buf,
+                                    size_t len)
+{
+    while (r->pos < len) {
+        const char *line = buf + r->pos;
+        const char *crlf = memmem(line, len - r->pos, "\r\n", 2);
+        bool text = line[0] == '+' || line[0] == '-'; /* any length */
+        if (!crlf)
+            return len - r->pos > RESP_MAX_LINE && !text ? PARSE_ERROR
+                                                         : PARSE_AGAIN;
+        size_t head = (size_t)(crlf - line) + 2, size = head;
+        long long n = 0;
+        char type = line[0];
+        if (strchr(":$*", type) && !parse_integer(line + 1, crlf, &n))
+            return PARSE_ERROR;
+        if (!type || !strchr("+-:$*", type) || (type != ':' && n > STRBUF_MAX))
+            return PARSE_ERROR; /* a length no reply of ours can have */
+        if (type == '$' && n >= 0) {
+            size += (size_t)n + 2;
+            if (len - r->pos < size)
+                return PARSE_AGAIN; /* the bulk string is not all here yet */
+            if (memcmp(line + head + n, "\r\n", 2) != 0)
+                return PARSE_ERROR;
+        }
+        if (r->depth == 0) {
+            r->type = type;
+            r->integer = n;
+        }
+        if (type == '+' || type == '-' || (type == '$' && n >= 0)) {
+            if (r->nitems == RESP_MAX_ITEMS)
+                return PARSE_ERROR;
+            r->item[r->nitems].off = r->pos + (type == '$' ? head : 1);
+            r->item[r->nitems++].len = type == '$' ? (size_t)n : head - 3;
+        }
+        r->pos += size;
+        if (type == '*' && n > 0) {
+            if (r->depth == RESP_MAX_DEPTH)
+                return PARSE_ERROR;
+            r->left[r->depth++] = n;
+            continue;
+        }
+        while (r->depth > 0 && --r->left[r->depth - 1] == 0)
+            r->depth--; /* this element completed its array */
+        if (r->depth == 0)
+            return PARSE_DONE;
+    }
+    return PARSE_AGAIN;
+}
+/* ---- end shared: resp ---- */
+
+/* ----- The app: the guestbook page ----- */
+
+/* ---- shared: guestbook ---- */
+static bool html_escape(struct strbuf *out, const char *s, size_t len)
+{
+    size_t plain = 0; /* start of the bytes copied as they are */
+    for (size_t i = 0; i < len; i++) {
+        const char *e = s[i] == '&'    ? "&amp;"
+                        : s[i] == '<'  ? "&lt;"
+                        : s[i] == '>'  ? "&gt;"
+                        : s[i] == '"'  ? "&quot;"
+                        : s[i] == '\'' ? "&#39;"
+                                       : NULL;
+        if (!e)
+            continue;
+        if (!sb_append(out, s + plain, i - plain) || !sb_puts(out, e))
+            return false;
+        plain = i + 1;
+    }
+    return sb_append(out, s + plain, len - plain);
+}
+
+/* Finds `name` in an x-www-form-urlencoded body and decodes its value into
+ * out (size max + 1). A missing field is empty. Returns the length, -1 for a
+ * malformed value, -2 when longer than max. */
+static long form_field(const char *body, size_t len, const char *name,
+                       char *out, size_t max)
+{
+    size_t name_len = strlen(name);
+    out[0] = '\0';
+    for (size_t i = 0; i < len;) {
+        const char *pair = body + i, *amp = memchr(pair, '&', len - i);
+        size_t pair_len = amp ? (size_t)(amp - pair) : len - i;
+        if (pair_len > name_len && pair[name_len] == '=' &&
+            memcmp(pair, name, name_len) == 0)
+            return url_decode(pair + name_len + 1, pair_len - name_len - 1, out,
+                              max + 1, true);
+        i += pair_len + 1;
+    }
+    return 0;
+}
+
+/* A POST body to the one Redis list element it becomes, "<name length>:"
+ * then name then remark, so neither can be confused with the other. Returns
+ * 0 or an HTTP status. */
+static int guest_entry(const char *body, size_t len, char *entry, size_t size)
+{
+    char name[MAX_NAME + 1], remark[MAX_REMARK + 1];
+    long nlen = form_field(body, len, "guest-name", name, MAX_NAME);
+    long rlen = form_field(body, len, "guest-remarks", remark, MAX_REMARK);
+    if (nlen < 0 || rlen <= 0)
+        return 400; /* bad escape, too long, or an empty remark */
+    int n = snprintf(entry, size, "%ld:%s%s", nlen, name, remark);
+    return n < 0 || (size_t)n >= size ? 500 : 0;
+}
+
+/* One stored entry as a page paragraph, escaped. An element that is not in
+ * our format is shown whole, as an anonymous remark. */
+static bool render_entry(struct strbuf *out, const char *e, size_t len)
+{
+    long long nlen = 0;
+    const char *colon = memchr(e, ':', len < 4 ? len : 4), *name = e;
+    if (colon && parse_integer(e, colon, &nlen) && nlen >= 0 &&
+        (size_t)nlen <= len - (size_t)(colon + 1 - e))
+        name = colon + 1;
+    else
+        nlen = 0;
+    const char *remark = name + nlen;
+    size_t rlen = len - (size_t)(remark - e);
+    return sb_puts(out, "<p class=\"guest-entry\">") &&
+           html_escape(out, remark, rlen) &&
+           sb_puts(out, " <span class=\"guest-name\">&mdash; ") &&
+           (nlen > 0 ? html_escape(out, name, (size_t)nlen)
+                     : sb_puts(out, "anonymous")) &&
+           sb_puts(out, "</span></p>\n");
+}
+
+/* The LRANGE reply's entries, in order, as HTML. */
+static bool render_remarks(struct strbuf *out, const char *buf,
+                           const struct resp_reply *r)
+{
+    for (size_t i = 0; i < r->nitems; i++)
+        if (!render_entry(out, buf + r->item[i].off, r->item[i].len))
+            return false;
+    return true;
+}
+
+/* 1234567 -> "1,234,567". */
+static void format_count(long long n, char *out, size_t size)
+{
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%lld", n < 0 ? 0 : n);
+    size_t o = 0;
+    for (int i = 0; i < len && o + 2 < size; i++) {
+        if (i > 0 && (len - i) % 3 == 0)
+            out[o++] = ',';
+        out[o++] = digits[i];
+    }
+    out[o] = '\0';
+}
+
+/* The template with its two placeholders filled in. */
+static bool render_page(struct strbuf *out, const struct strbuf *remarks,
+                        long long visitors)
+{
+    static const char rem[] = "$GUEST_REMARKS$", vis[] = "$VISITOR_COUNT$";
+    char count[40];
+    format_count(visitors, count, sizeof count);
+    const char *t = server.template, *end = t + server.template_len;
+    while (t < end) {
+        const char *dollar = memchr(t, '$', (size_t)(end - t));
+        if (!dollar)
+            return sb_append(out, t, (size_t)(end - t));
+        if (!sb_append(out, t, (size_t)(dollar - t)))
+            return false;
+        size_t left = (size_t)(end - dollar);
+        bool ok;
+        if (left >= sizeof rem - 1 &&
+            memcmp(dollar, rem, sizeof rem - 1) == 0) {
+            ok = sb_append(out, remarks->data, remarks->len);
+            t = dollar + sizeof rem - 1;
+        } else if (left >= sizeof vis - 1 &&
+                   memcmp(dollar, vis, sizeof vis - 1) == 0) {
+            ok = sb_puts(out, count);
+            t = dollar + sizeof vis - 1;
+        } else {
+            ok = sb_append(out, "$", 1);
+            t = dollar + 1;
+        }
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+/* ---- end shared: guestbook ---- */
+
+/* ----- The app: routing a request ----- */
+
+/* ---- shared: route ---- */
+/* Decides what a parsed request is for. The path is decoded into `path`;
+ * ROUTE_ERROR leaves the status in r->status. */
+static enum route route_request(struct http_request *r, const char *buf,
+                                char *path, size_t size)
+{
+    int status = 501;
+    if (r->method != METHOD_OTHER)
+        status = decode_path(buf + r->uri, r->uri_len, path, size);
+    if (status == 0) {
+        if (strcmp(path, "/guestbook") == 0) {
+            if (r->method != METHOD_POST)
+                return ROUTE_PAGE;
+            if (r->form_type)
+                return ROUTE_POST;
+            status = 415;
+        } else if (r->method == METHOD_POST)
+            status = 405;
+        else
+            return ROUTE_STATIC;
+    }
+    r->status = status;
+    return ROUTE_ERROR;
+}
+/* ---- end shared: route ---- */
+
+/* ----- The app: start-up and shutdown ----- */
+
+/* ---- shared: startup ---- */
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+/* No SA_RESTART: a blocked accept() or poll() returns EINTR, so the loops
+ * notice the flag. SIGPIPE is ignored: a client leaving is not our death. */
+static void install_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGINT, &sa, NULL) < 0 || sigaction(SIGTERM, &sa, NULL) < 0 ||
+        signal(SIGPIPE, SIG_IGN) == SIG_ERR)
+        die("sigaction");
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: %s [port [redis-host [redis-port]]]\n",
+            SERVER_NAME);
+    exit(2);
+}
+
+static int parse_port(const char *s)
+{
+    long long port = 0;
+    if (!parse_integer(s, s + strlen(s), &port) || port < 1 || port > 65535)
+        usage();
+    return (int)port;
+}
+
+static void parse_args(int argc, char **argv)
+{
+    const char *host = argc > 2 ? argv[2] : DEFAULT_REDIS_HOST;
+    const char *rport = argc > 3 ? argv[3] : NULL;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM},
+                    *ai;
+    char service[8];
+    if (argc > 4)
+        usage();
+    server.port = argc > 1 ? parse_port(argv[1]) : DEFAULT_PORT;
+    snprintf(service, sizeof service, "%d",
+             rport ? parse_port(rport) : DEFAULT_REDIS_PORT);
+    int err = getaddrinfo(host, service, &hints, &ai);
+    if (err != 0) {
+        fprintf(stderr, "%s: redis host %s: %s\n", SERVER_NAME, host,
+                gai_strerror(err));
+        usage();
+    }
+    memcpy(&server.redis_addr, ai->ai_addr, ai->ai_addrlen);
+    server.redis_addr_len = ai->ai_addrlen;
+    freeaddrinfo(ai);
+}
+
+/* The template is read once: every page is rendered from memory, so no
+ * model ever blocks on a disk read for it. A missing template is not fatal:
+ * /guestbook answers 500 and says why in the log. */
+static void load_template(void)
+{
+    FILE *f = fopen(TEMPLATE_PATH, "rb");
+    char *data = f ? malloc(TEMPLATE_MAX) : NULL;
+    size_t n = data ? fread(data, 1, TEMPLATE_MAX, f) : 0;
+    if (f)
+        fclose(f);
+    if (!data || n == 0 || n == TEMPLATE_MAX) {
+        fprintf(stderr, "%s: warning: cannot read %s; /guestbook will fail\n",
+                SERVER_NAME, TEMPLATE_PATH);
+        free(data);
+        return;
+    }
+    server.template = data;
+    server.template_len = n;
+}
+
+/* TCP_NODELAY on the listener is inherited by every accepted socket: a
+ * response goes out at once, with no setsockopt() per connection. */
+static int open_listener(int port)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET,
+                               .sin_port = htons((uint16_t)port),
+                               .sin_addr.s_addr = htonl(INADDR_ANY)};
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0 ||
+        bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0 ||
+        listen(fd, LISTEN_BACKLOG) < 0)
+        die("listen");
+    return fd;
+}
+
+/* A number setting from the environment: unset or empty gives `fallback`;
+ * anything but a number in min..max is an error (exit 2), not a guess. */
+static int env_number(const char *var, int fallback, int min, int max)
+{
+    const char *s = getenv(var);
+    long long n = fallback;
+    if (s && *s &&
+        (!parse_integer(s, s + strlen(s), &n) || n < min || n > max)) {
+        fprintf(stderr, "%s: %s must be a number from %d to %d\n", SERVER_NAME,
+                var, min, max);
+        exit(2);
+    }
+    return (int)n;
+}
+
+static void server_init(int argc, char **argv)
+{
+    parse_args(argc, argv);
+    install_signals();
+    server.log = env_number("ZEROHTTPD_LOG", 0, 0, 1) == 1;
+    server.stats = mmap(NULL, sizeof *server.stats, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (server.stats == MAP_FAILED)
+        die("mmap");
+    server.public_fd = open(PUBLIC_DIR, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (server.public_fd < 0)
+        die("open " PUBLIC_DIR "/ (run from the repo root)");
+    load_template();
+    server.listen_fd = open_listener(server.port);
+    printf("%s listening on port %d\n", SERVER_NAME, server.port);
+    fflush(stdout);
+}
+
+static void print_summary(void)
+{
+    const struct stats *s = server.stats;
+    printf("%s: served %lu requests (2xx %lu, 3xx %lu, 4xx %lu, 5xx %lu)\n",
+           SERVER_NAME, s->served, s->by_class[2], s->by_class[3],
+           s->by_class[4], s->by_class[5]);
+    fflush(stdout);
+}
+/* ---- end shared: startup ---- */
