@@ -555,7 +555,8 @@ static int loops_wanted(void)
 }
 
 /* One more listener on the port. SO_REUSEPORT, set before bind(), lets the
- * sockets of one user share a port, each with its own accept queue. */
+ * sockets of one user share a port, each with its own accept queue.
+ * (LAB reuseport) */
 static int open_reuseport_listener(void)
 {
     struct sockaddr_in addr = {.sin_family = AF_INET,
