@@ -50,7 +50,7 @@ deps:
 test: deps
 	$(MAKE) all asan check-sync format-check
 	fuzz/run --check
-	py=$$(tools/python pytest) && "$$py" -m pytest tests/ -v -rs $(PYTEST_ARGS)
+	py=$$(tools/python pytest httplint) && "$$py" -m pytest tests/ -v -rs $(PYTEST_ARGS)
 
 demo: deps
 	$(MAKE) all
