@@ -1129,18 +1129,28 @@ static void http_date(time_t t, char *out, size_t size)
         out[0] = '\0';
 }
 
-/* Now, for the Date header: formatted once a second per thread, not per
- * response (strftime() costs more than the rest of a small head). */
+/* A date formatted once and kept while the same second is asked for
+ * again: strftime() costs more than the rest of a small head. */
+struct date_text {
+    time_t t; /* what `text` says; -1: nothing yet */
+    char text[HTTP_DATE_SIZE];
+};
+
+static const char *date_cached(struct date_text *d, time_t t)
+{
+    if (t != d->t) {
+        http_date(t, d->text, sizeof d->text);
+        d->t = t;
+    }
+    return d->text;
+}
+
+/* Now, for the Date header: formatted once a second (per thread, so that
+ * 04's and 05's threads share nothing), not once per response. */
 static const char *date_now(void)
 {
-    static __thread char date[HTTP_DATE_SIZE];
-    static __thread time_t formatted = -1;
-    time_t t = time(NULL);
-    if (t != formatted) {
-        http_date(t, date, sizeof date);
-        formatted = t;
-    }
-    return date;
+    static __thread struct date_text now = {.t = -1};
+    return date_cached(&now, time(NULL));
 }
 
 /* Status line and headers. `Connection` where it differs from the version's
@@ -1505,8 +1515,8 @@ static bool file_headers(char *out, size_t size, const struct stat *st,
                          const char *etag, int status, off_t offset,
                          off_t length)
 {
-    char modified[HTTP_DATE_SIZE];
-    http_date(st->st_mtime, modified, sizeof modified);
+    static __thread struct date_text last = {.t = -1}; /* a hot file's */
+    const char *modified = date_cached(&last, st->st_mtime);
     int n = snprintf(out, size,
                      "ETag: %s\r\nLast-Modified: %s\r\nAccept-Ranges: bytes\r\n"
                      "Cache-Control: no-cache\r\n",

@@ -399,7 +399,7 @@ static void accept_resume(void);
 /* The readiness backend (06 poll, 07 epoll: same names, different insides)
  * and the handlers dispatch() hands ready fds to. */
 static bool watch_fd(struct watch *w, unsigned events);
-static void unwatch_fd(struct watch *w);
+static void unwatch_fd(struct watch *w, bool closing);
 static int wait_for_events(struct event *ev, int max, int timeout_ms);
 static void dispatch(const struct event *ev);
 static void accept_clients(void);
@@ -510,9 +510,11 @@ static bool watch_fd(struct watch *w, unsigned events)
     return true;
 }
 
-/* The last entry moves into the hole, so the array stays dense. */
-static void unwatch_fd(struct watch *w)
+/* The last entry moves into the hole, so the array stays dense. Closing
+ * or not, the entry must go: poll() would report a closed fd as invalid. */
+static void unwatch_fd(struct watch *w, bool closing)
 {
+    (void)closing;
     struct watch *moved;
     if (!w->added)
         return;
@@ -660,7 +662,7 @@ static void conn_close(struct conn *c)
         return;
     if (c->state == C_REDIS && c->ticket >= rd->head)
         rd->fifo[c->ticket & (rd->fifo_cap - 1)] = NULL;
-    unwatch_fd(&c->w);
+    unwatch_fd(&c->w, true);
     close(c->w.fd);
     if (c->file >= 0)
         close(c->file);
@@ -861,7 +863,7 @@ static bool shed_client(void)
                 fd >= 0 ? "refused a client" : "pausing accept");
     if (fd >= 0)
         return true;
-    unwatch_fd(&loop.listener);
+    unwatch_fd(&loop.listener, false);
     loop.resume_accept_at = loop.now + EMFILE_PAUSE_MS;
     return false;
 }
@@ -1182,7 +1184,7 @@ static void redis_fail(void)
 {
     struct redis *rd = &loop.redis;
     if (rd->w.fd >= 0) {
-        unwatch_fd(&rd->w);
+        unwatch_fd(&rd->w, true);
         close(rd->w.fd);
         if (server.log)
             fprintf(stderr, "%s: redis: link lost, retry in %d ms\n",
@@ -1702,18 +1704,28 @@ static void http_date(time_t t, char *out, size_t size)
         out[0] = '\0';
 }
 
-/* Now, for the Date header: formatted once a second per thread, not per
- * response (strftime() costs more than the rest of a small head). */
+/* A date formatted once and kept while the same second is asked for
+ * again: strftime() costs more than the rest of a small head. */
+struct date_text {
+    time_t t; /* what `text` says; -1: nothing yet */
+    char text[HTTP_DATE_SIZE];
+};
+
+static const char *date_cached(struct date_text *d, time_t t)
+{
+    if (t != d->t) {
+        http_date(t, d->text, sizeof d->text);
+        d->t = t;
+    }
+    return d->text;
+}
+
+/* Now, for the Date header: formatted once a second (per thread, so that
+ * 04's and 05's threads share nothing), not once per response. */
 static const char *date_now(void)
 {
-    static __thread char date[HTTP_DATE_SIZE];
-    static __thread time_t formatted = -1;
-    time_t t = time(NULL);
-    if (t != formatted) {
-        http_date(t, date, sizeof date);
-        formatted = t;
-    }
-    return date;
+    static __thread struct date_text now = {.t = -1};
+    return date_cached(&now, time(NULL));
 }
 
 /* Status line and headers. `Connection` where it differs from the version's
@@ -2078,8 +2090,8 @@ static bool file_headers(char *out, size_t size, const struct stat *st,
                          const char *etag, int status, off_t offset,
                          off_t length)
 {
-    char modified[HTTP_DATE_SIZE];
-    http_date(st->st_mtime, modified, sizeof modified);
+    static __thread struct date_text last = {.t = -1}; /* a hot file's */
+    const char *modified = date_cached(&last, st->st_mtime);
     int n = snprintf(out, size,
                      "ETag: %s\r\nLast-Modified: %s\r\nAccept-Ranges: bytes\r\n"
                      "Cache-Control: no-cache\r\n",
