@@ -15,7 +15,8 @@
  * One request's life (keep-alive, a small static file):
  *   completion: recv, bytes in a buffer the kernel took from our pool
  *   -> copy to the request buffer, resume the parser, route
- *   -> queue READ of the file (kept open by a small cache)
+ *   -> queue READ of the file (kept open by a small cache; a hot small
+ *      file's bytes are kept too, and the READ is skipped)
  *   -> completion: READ -> queue SEND of head + file
  *   -> completion: SEND -> queue the next recv, under the idle timer.
  *   Each arrow is one loop turn, shared with every other busy client.
@@ -32,8 +33,10 @@
  * Closing therefore cancels, counts the completions still due and frees
  * at the last one. openat2/fstat are not ring operations here (the
  * shared open_public), so small files stay open for FILE_CACHE_MS (as
- * nginx's open_file_cache): a file replaced meanwhile is served stale that
- * long. File chunks go through user memory (READ then SEND): no sendfile.
+ * nginx's open_file_cache), their bytes kept after the first READ; an
+ * inotify watch on their directories empties the cache at any change, so
+ * nothing is served stale (file_cache_init). File chunks go through user
+ * memory (READ then SEND): no sendfile.
  * Where it breaks: where io_uring is disabled (seccomp in containers,
  * kernel.io_uring_disabled): it says so and exits 1. Work the kernel
  * cannot do without blocking (a cold file read) goes to its worker
@@ -269,19 +272,21 @@ struct conn {
     size_t len; /* bytes in buf */
     size_t cap; /* bytes allocated, at most CONN_BUF_SIZE (conn_grow) */
     struct http_request req;
-    bool linger;           /* an error answer: half-close and drain after it */
-    struct strbuf out;     /* the response head (and body), then file chunks */
-    size_t sent;           /* bytes of out already sent */
-    int file;              /* the file being sent after the head, or -1 */
-    bool own_file;         /* closed with the response (not the cache's) */
-    off_t file_off;        /* next byte to read... */
-    off_t file_size;       /* ...and the end */
-    struct strbuf work;    /* guestbook: the rendered entries */
-    int step;              /* guestbook: Redis replies received so far */
-    uint64_t ticket;       /* C_REDIS: our place in the Redis FIFO */
-    size_t drained;        /* C_LINGER: bytes read and dropped */
-    enum timer_kind timer; /* the timer list we are on */
-    int64_t deadline;      /* when that timer fires (loop.now clock) */
+    bool linger;       /* an error answer: half-close and drain after it */
+    struct strbuf out; /* the response head (and body), then file chunks */
+    size_t sent;       /* bytes of out already sent */
+    int file;          /* the file being sent after the head, or -1 */
+    bool own_file;     /* closed with the response (not the cache's) */
+    struct cached_file *fill; /* this READ of a whole file fills its slot */
+    unsigned fill_gen;        /* ...if the slot still holds that file */
+    off_t file_off;           /* next byte to read... */
+    off_t file_size;          /* ...and the end */
+    struct strbuf work;       /* guestbook: the rendered entries */
+    int step;                 /* guestbook: Redis replies received so far */
+    uint64_t ticket;          /* C_REDIS: our place in the Redis FIFO */
+    size_t drained;           /* C_LINGER: bytes read and dropped */
+    enum timer_kind timer;    /* the timer list we are on */
+    int64_t deadline;         /* when that timer fires (loop.now clock) */
     struct conn *prev, *next; /* neighbours on that list (or closed list) */
 };
 
@@ -311,12 +316,15 @@ struct timer_list {
     struct conn *head, *tail; /* earliest deadline first */
 };
 
-/* A small static file kept open: a hot file costs no open/fstat/close. */
+/* A small static file kept open, and soon its bytes too: a hot file costs
+ * no system call and no READ, only its SEND. */
 struct cached_file {
     char *path;     /* the decoded request path (the key); NULL: free slot */
     int fd;         /* the cache's own; closed through the ring */
     struct stat st; /* size and validators, as fstat() gave them */
     const char *type;
+    char *data;      /* st_size bytes once a READ of all of them completed */
+    unsigned gen;    /* changes whenever the slot does (see conn->fill) */
     int64_t expires; /* opened again after this */
 };
 
@@ -333,7 +341,8 @@ struct loop {
     int spare_fd;             /* on /dev/null; given up to shed at EMFILE */
     int64_t resume_accept_at; /* 0, or when to accept again */
     struct cached_file files[FILE_CACHE_SLOTS];
-    int inotify_fd; /* watches the cached files' directories; -1: no cache */
+    unsigned file_gen; /* the last cached_file.gen given out */
+    int inotify_fd;    /* watches the cached files' directories; -1: no cache */
 };
 
 static struct server server;
@@ -434,6 +443,7 @@ static void conn_complete(struct conn *c, enum op op, int res,
 static void redis_complete(enum op op, int res);
 static void file_cache_init(void);
 static void file_cache_drop(struct cached_file *f);
+static void file_cache_fill(struct conn *c, const char *bytes, int res);
 static bool file_watch_dir(const char *path);
 static void file_cache_expire(void);
 static void files_changed(int res);
@@ -969,6 +979,8 @@ static void conn_complete(struct conn *c, enum op op, int res, const char *data)
     else if (res <= 0 || (op == OP_READ && (unsigned)res != file_chunk(c)))
         conn_close(c);
     else if (op == OP_READ) {
+        if (c->fill)
+            file_cache_fill(c, c->out.data + c->out.len, res);
         c->out.len += (size_t)res;
         c->file_off += res;
         conn_write(c);
@@ -1058,7 +1070,7 @@ static void conn_respond(struct conn *c, int status, int file, off_t offset,
  * file is cached only once its directory is watched (file_watch_dir):
  * without that, a replaced file would be served stale. */
 static int open_cached(struct conn *c, char *path, size_t size, struct stat *st,
-                       const char **type, int *status)
+                       const char **type, int *status, const char **data)
 {
     uint32_t hash = 2166136261u; /* FNV-1a */
     const char *p = path;
@@ -1067,9 +1079,14 @@ static int open_cached(struct conn *c, char *path, size_t size, struct stat *st,
     size_t len = (size_t)(p - path);
     struct cached_file *f = &loop.files[hash % FILE_CACHE_SLOTS];
     c->own_file = false;
+    c->fill = NULL;
+    *data = NULL;
     if (f->path && strcmp(f->path, path) == 0 && loop.now < f->expires) {
         *st = f->st;
         *type = f->type;
+        *data = f->data;
+        c->fill = f->data ? NULL : f; /* a READ of it all will fill it */
+        c->fill_gen = f->gen;
         return f->fd;
     }
     int fd = open_public(path, size, st, status);
@@ -1084,8 +1101,30 @@ static int open_cached(struct conn *c, char *path, size_t size, struct stat *st,
         return fd;
     }
     file_cache_drop(f);
-    *f = (struct cached_file){key, fd, *st, *type, loop.now + FILE_CACHE_MS};
+    *f = (struct cached_file){.path = key,
+                              .fd = fd,
+                              .st = *st,
+                              .type = *type,
+                              .gen = ++loop.file_gen,
+                              .expires = loop.now + FILE_CACHE_MS};
+    c->fill = f;
+    c->fill_gen = f->gen;
     return fd;
+}
+
+/* A READ from offset 0 of a cached file completed: if it read the whole
+ * file, and the slot still holds that file (no change or eviction since:
+ * its gen is the same), keep a copy of the bytes for the next requests. */
+static void file_cache_fill(struct conn *c, const char *bytes, int res)
+{
+    struct cached_file *f = c->fill;
+    c->fill = NULL;
+    if (!f->path || f->gen != c->fill_gen || f->data || c->file_off != 0 ||
+        (off_t)res != f->st.st_size)
+        return;
+    f->data = malloc((size_t)res);
+    if (f->data)
+        memcpy(f->data, bytes, (size_t)res);
 }
 
 /* Lets a cache slot go: its fd closes behind the READs queued on it. */
@@ -1095,7 +1134,9 @@ static void file_cache_drop(struct cached_file *f)
         return;
     close_later(f->fd);
     free(f->path);
-    f->path = NULL;
+    free(f->data);
+    f->path = f->data = NULL;
+    f->gen = ++loop.file_gen;
 }
 
 /* Closes cached files past their time, so the cache never holds a
@@ -1161,12 +1202,22 @@ static void files_changed(int res)
                            POLLIN);
 }
 
+/* A file in memory (a cached one's bytes): the part asked for goes after
+ * the head, and the response is one SEND. */
+static bool append_cached(struct conn *c, const char *data, off_t offset,
+                          off_t length)
+{
+    return c->req.method == METHOD_HEAD ||
+           sb_append(&c->out, data + offset, (size_t)length);
+}
+
 static void serve_static(struct conn *c, char *path, size_t size)
 {
-    const char *type = NULL;
+    const char *type = NULL, *data;
     struct stat st;
     off_t offset, length;
-    int status = 0, file = open_cached(c, path, size, &st, &type, &status);
+    int status = 0,
+        file = open_cached(c, path, size, &st, &type, &status, &data);
     if (file < 0 && status != 301)
         respond_error(c, status, NULL);
     else if (file < 0) {
@@ -1177,7 +1228,11 @@ static void serve_static(struct conn *c, char *path, size_t size)
         c->out.len = 0;
         status = static_response(&c->out, &c->req, c->buf, type, &st, &offset,
                                  &length);
-        if (status > 0)
+        if (status > 0 && data && !append_cached(c, data, offset, length))
+            status = -1;
+        if (status > 0 && data)
+            conn_respond(c, status, -1, 0, 0);
+        else if (status > 0)
             conn_respond(c, status, file, offset, length);
         else {
             c->file = file;

@@ -472,3 +472,19 @@ def test_httplint_finds_nothing_to_warn_about(server, path):
     bad = [line for line in report.splitlines()
            if "[WARN]" in line or "[BAD]" in line]
     assert not bad, report
+
+
+def test_ranges_and_head_of_a_file_served_from_memory(server, hundred):
+    """08_io_uring keeps a hot small file's bytes after its first whole
+    READ: ranges, HEAD and 304 must come out the same from there."""
+    for _ in range(3):  # the first fills 08's cache, the others use it
+        resp = get(server.port, "/hundred.bin")
+        assert resp.status == 200 and resp.body == hundred
+    for spec, first, last in RANGE_CASES:
+        resp = request(server.port, "/hundred.bin", f"Range: {spec}")
+        assert resp.status == 206 and resp.body == hundred[first:last + 1]
+    head = request(server.port, "/hundred.bin", method="HEAD")
+    assert head.status == 200 and head.headers["Content-Length"] == "100"
+    resp = request(server.port, "/hundred.bin",
+                   f"If-None-Match: {head.headers['ETag']}")
+    assert_not_modified(resp, head.headers["ETag"])
