@@ -399,7 +399,7 @@ static void accept_resume(void);
 /* The readiness backend (06 poll, 07 epoll: same names, different insides)
  * and the handlers dispatch() hands ready fds to. */
 static bool watch_fd(struct watch *w, unsigned events);
-static void unwatch_fd(struct watch *w, bool closing);
+static void unwatch_fd(struct watch *w);
 static int wait_for_events(struct event *ev, int max, int timeout_ms);
 static void dispatch(const struct event *ev);
 static void accept_clients(void);
@@ -510,11 +510,9 @@ static bool watch_fd(struct watch *w, unsigned events)
     return true;
 }
 
-/* The last entry moves into the hole, so the array stays dense. Closing
- * or not, the entry must go: poll() would report a closed fd as invalid. */
-static void unwatch_fd(struct watch *w, bool closing)
+/* The last entry moves into the hole, so the array stays dense. */
+static void unwatch_fd(struct watch *w)
 {
-    (void)closing;
     struct watch *moved;
     if (!w->added)
         return;
@@ -662,7 +660,7 @@ static void conn_close(struct conn *c)
         return;
     if (c->state == C_REDIS && c->ticket >= rd->head)
         rd->fifo[c->ticket & (rd->fifo_cap - 1)] = NULL;
-    unwatch_fd(&c->w, true);
+    unwatch_fd(&c->w);
     close(c->w.fd);
     if (c->file >= 0)
         close(c->file);
@@ -863,7 +861,7 @@ static bool shed_client(void)
                 fd >= 0 ? "refused a client" : "pausing accept");
     if (fd >= 0)
         return true;
-    unwatch_fd(&loop.listener, false);
+    unwatch_fd(&loop.listener);
     loop.resume_accept_at = loop.now + EMFILE_PAUSE_MS;
     return false;
 }
@@ -1184,7 +1182,7 @@ static void redis_fail(void)
 {
     struct redis *rd = &loop.redis;
     if (rd->w.fd >= 0) {
-        unwatch_fd(&rd->w, true);
+        unwatch_fd(&rd->w);
         close(rd->w.fd);
         if (server.log)
             fprintf(stderr, "%s: redis: link lost, retry in %d ms\n",

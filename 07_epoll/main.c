@@ -396,7 +396,7 @@ static void accept_resume(void);
 /* The readiness backend (06 poll, 07 epoll: same names, different insides)
  * and the handlers dispatch() hands ready fds to. */
 static bool watch_fd(struct watch *w, unsigned events);
-static void unwatch_fd(struct watch *w, bool closing);
+static void unwatch_fd(struct watch *w);
 static int wait_for_events(struct event *ev, int max, int timeout_ms);
 static void dispatch(const struct event *ev);
 static void accept_clients(void);
@@ -497,13 +497,11 @@ static bool watch_fd(struct watch *w, unsigned events)
     return true;
 }
 
-/* Stops the events of w's fd. One about to be closed needs no call: the
- * kernel drops a closed fd from the interest list by itself (our fds are
- * never duplicated), which saves an epoll_ctl() per connection. The
- * listener is unwatched without being closed. */
-static void unwatch_fd(struct watch *w, bool closing)
+/* Before close(). (close() alone would also drop an fd that was never
+ * duplicated, but the listener is unwatched without being closed.) */
+static void unwatch_fd(struct watch *w)
 {
-    if (w->added && !closing)
+    if (w->added)
         epoll_ctl(epoll_fd, EPOLL_CTL_DEL, w->fd, NULL);
     w->added = false;
 }
@@ -639,7 +637,7 @@ static void conn_close(struct conn *c)
         return;
     if (c->state == C_REDIS && c->ticket >= rd->head)
         rd->fifo[c->ticket & (rd->fifo_cap - 1)] = NULL;
-    unwatch_fd(&c->w, true);
+    unwatch_fd(&c->w);
     close(c->w.fd);
     if (c->file >= 0)
         close(c->file);
@@ -840,7 +838,7 @@ static bool shed_client(void)
                 fd >= 0 ? "refused a client" : "pausing accept");
     if (fd >= 0)
         return true;
-    unwatch_fd(&loop.listener, false);
+    unwatch_fd(&loop.listener);
     loop.resume_accept_at = loop.now + EMFILE_PAUSE_MS;
     return false;
 }
@@ -1161,7 +1159,7 @@ static void redis_fail(void)
 {
     struct redis *rd = &loop.redis;
     if (rd->w.fd >= 0) {
-        unwatch_fd(&rd->w, true);
+        unwatch_fd(&rd->w);
         close(rd->w.fd);
         if (server.log)
             fprintf(stderr, "%s: redis: link lost, retry in %d ms\n",
