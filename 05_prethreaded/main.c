@@ -79,8 +79,9 @@
 #define TEMPLATE_PATH      "templates/guestbook/index.html"
 #define TEMPLATE_MAX       (256 * 1024) /* refuse a runaway template */
 #define STATUS_CLASSES     6            /* 1xx..5xx, index by status / 100 */
-#define HTTP_DATE_SIZE     40 /* "Sun, 06 Nov 1994 08:49:37 GMT" and room */
-#define ETAG_SIZE          64 /* three 64-bit numbers in hex, quoted */
+#define HTTP_DATE_SIZE     40  /* "Sun, 06 Nov 1994 08:49:37 GMT" and room */
+#define ETAG_SIZE          64  /* three 64-bit numbers in hex, quoted */
+#define HEAD_ROOM          512 /* bytes reserved for a response head */
 /* The interim answer to Expect: 100-continue (RFC 9110 §10.1.1). */
 #define CONTINUE_LINE "HTTP/1.1 100 Continue\r\n\r\n"
 /* The guestbook changes with every visit: no cache may keep it. */
@@ -1156,14 +1157,21 @@ static bool format_head(struct strbuf *out, const struct http_request *r,
         conn = "Connection: close\r\n";
     else if (r->minor == 0 && r->keep_alive)
         conn = "Connection: keep-alive\r\n";
-    if (!sb_printf(out,
-                   "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: zerohttpd/%s\r\n",
-                   status, reason_phrase(status), date_now(), SERVER_NAME))
+    if (!extra)
+        extra = "";
+    if (!sb_reserve(out, HEAD_ROOM)) /* so sb_printf formats only once */
         return false;
-    if (type && !sb_printf(out, "Content-Length: %zu\r\nContent-Type: %s\r\n",
-                           length, type))
-        return false;
-    return sb_printf(out, "%s%s\r\n", conn, extra ? extra : "");
+    if (!type)
+        return sb_printf(out,
+                         "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: zerohttpd/%s"
+                         "\r\n%s%s\r\n",
+                         status, reason_phrase(status), date_now(), SERVER_NAME,
+                         conn, extra);
+    return sb_printf(out,
+                     "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: zerohttpd/%s\r\n"
+                     "Content-Length: %zu\r\nContent-Type: %s\r\n%s%s\r\n",
+                     status, reason_phrase(status), date_now(), SERVER_NAME,
+                     length, type, conn, extra);
 }
 
 /* A complete small response with an HTML body: errors and redirects. */
@@ -1365,16 +1373,26 @@ static int open_public(char *path, size_t size, struct stat *st, int *status)
 /* Validators (RFC 9110 §8.8). The ETag is strong: inode, size and mtime in
  * nanoseconds, so a file replaced, rewritten or touched gets a new one at
  * once; Last-Modified is the mtime, for clients that only keep dates. */
-static void file_etag(const struct stat *st, char *out, size_t size)
+static void file_etag(const struct stat *st, char out[ETAG_SIZE])
 {
-    unsigned long long ns =
+    unsigned long long part[3] = {
+        (unsigned long long)st->st_ino, (unsigned long long)st->st_size,
         (unsigned long long)st->st_mtim.tv_sec * 1000000000ull +
-        (unsigned long long)st->st_mtim.tv_nsec;
-    int n = snprintf(out, size, "\"%llx-%llx-%llx\"",
-                     (unsigned long long)st->st_ino,
-                     (unsigned long long)st->st_size, ns);
-    if (n < 0 || (size_t)n >= size)
-        out[0] = '\0';
+            (unsigned long long)st->st_mtim.tv_nsec};
+    char *p = out;
+    *p++ = '"';
+    for (int i = 0; i < 3; i++) { /* by hand: snprintf costs more here */
+        char digits[16];
+        int n = 0;
+        do {
+            digits[n++] = "0123456789abcdef"[part[i] & 15];
+            part[i] >>= 4;
+        } while (part[i]);
+        while (n > 0)
+            *p++ = digits[--n];
+        *p++ = i < 2 ? '-' : '"';
+    }
+    *p = '\0'; /* at most 1 + 3 * 17 + 1 bytes: ETAG_SIZE is room enough */
 }
 
 /* An HTTP date in any of the three forms a recipient must accept (RFC 9110
@@ -1536,7 +1554,7 @@ static int static_response(struct strbuf *out, const struct http_request *r,
 {
     char etag[ETAG_SIZE], extra[320];
     int status = 200;
-    file_etag(st, etag, sizeof etag);
+    file_etag(st, etag);
     *offset = 0;
     *length = st->st_size;
     if (not_modified(r, buf, st, etag))
