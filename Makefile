@@ -51,7 +51,7 @@ deps:
 test: deps
 	$(MAKE) all asan check-sync format-check
 	fuzz/run --check
-	py=$$(tools/python pytest) && "$$py" -m pytest tests/ -v -rs $(PYTEST_ARGS)
+	py=$$(tools/python pytest httplint) && "$$py" -m pytest tests/ -v -rs $(PYTEST_ARGS)
 	tools/lab check
 
 demo: deps

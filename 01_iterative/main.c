@@ -77,6 +77,14 @@
 #define TEMPLATE_PATH      "templates/guestbook/index.html"
 #define TEMPLATE_MAX       (256 * 1024) /* refuse a runaway template */
 #define STATUS_CLASSES     6            /* 1xx..5xx, index by status / 100 */
+#define HTTP_DATE_SIZE     40  /* "Sun, 06 Nov 1994 08:49:37 GMT" and room */
+#define ETAG_SIZE          64  /* three 64-bit numbers in hex, quoted */
+#define HEAD_ROOM          512 /* bytes reserved for a response head */
+/* The interim answer to Expect: 100-continue (RFC 9110 §10.1.1). */
+#define CONTINUE_LINE "HTTP/1.1 100 Continue\r\n\r\n"
+/* The guestbook changes with every visit: no cache may keep it. */
+#define PAGE_HEADERS   "Cache-Control: no-store\r\n"
+#define POSTED_HEADERS "Location: /guestbook\r\nCache-Control: no-store\r\n"
 /* ---- end shared: config ---- */
 
 /* This model's own settings. */
@@ -106,6 +114,11 @@ enum parse_state {
     S_DONE        /* the head is complete: more bytes are body */
 };
 
+/* A header's value in the connection's buffer; len 0: the header is absent. */
+struct span {
+    size_t off, len;
+};
+
 /* One request as the parser sees it. Positions are offsets into the
  * connection's buffer, which stays put until the request is answered. */
 struct http_request {
@@ -121,8 +134,11 @@ struct http_request {
     bool has_host, form_type;
     bool close, keep_alive_asked; /* Connection: close / keep-alive */
     bool keep_alive;              /* decided once the head is parsed */
-    size_t body;                  /* offset of the first body byte */
-    int status;                   /* the error when PARSE_ERROR */
+    bool expect_continue;         /* Expect: 100-continue, not yet answered */
+    struct span if_none_match, if_modified_since; /* conditions on a file */
+    struct span range, if_range;                  /* part of a file */
+    size_t body;                                  /* the first body byte */
+    int status; /* the error when PARSE_ERROR */
 };
 
 /* A growable byte buffer, bounded by STRBUF_MAX. */
@@ -211,6 +227,7 @@ static enum parse_result http_parse(struct http_request *r, const char *buf,
 static size_t request_size(const struct http_request *r);
 static enum route route_request(struct http_request *r, const char *buf,
                                 char *path, size_t size);
+static int expect_answer(struct http_request *r, const char *buf);
 
 /* A response: the head, a whole error page or redirect, the count. */
 static bool format_head(struct strbuf *out, const struct http_request *r,
@@ -223,9 +240,12 @@ static void slash_location(const struct http_request *r, const char *buf,
 static void count_response(const struct http_request *r, const char *buf,
                            int status, size_t bytes);
 
-/* A static file beneath public/, and its type. */
+/* A static file beneath public/, its type, and what to send of it. */
 static int open_public(char *path, size_t size, struct stat *st, int *status);
 static const char *mime_type(const char *path);
+static int static_response(struct strbuf *out, const struct http_request *r,
+                           const char *buf, const char *type,
+                           const struct stat *st, off_t *offset, off_t *length);
 
 /* The guestbook: Redis commands out and replies in (RESP), the page. */
 static bool resp_format(struct strbuf *out, int argc, const char *const argv[]);
@@ -258,12 +278,14 @@ static void set_timeout(int fd, int option, int ms);
 
 /* One client: read a request, answer it, repeat. */
 static enum parse_result read_request(struct conn *c);
+static bool answer_expect(struct conn *c);
 static bool handle_request(struct conn *c);
 static bool serve_static(struct conn *c, char *path, size_t size);
 static bool serve_guestbook(struct conn *c);
 static bool post_guestbook(struct conn *c);
 static bool respond_error(struct conn *c, int status, const char *extra);
-static bool send_response(struct conn *c, int status, int file, off_t size);
+static bool send_response(struct conn *c, int status, int file, off_t offset,
+                          off_t length);
 
 /* Redis: one round trip at a time, waited for. */
 enum redis_outcome { REDIS_OK, REDIS_FAILED, REDIS_GONE };
@@ -276,7 +298,7 @@ static void redis_disconnect(struct redis *rd);
 /* Socket I/O that waits, each wait bounded by a deadline or a timeout. */
 static bool wait_readable(int fd, int64_t deadline);
 static bool send_all(int fd, const char *data, size_t len, int flags);
-static bool send_file(int fd, int file, off_t size);
+static bool send_file(int fd, int file, off_t offset, off_t length);
 static void close_lingering(int fd);
 /* ---- end shared: blocking_decls ---- */
 
@@ -343,7 +365,7 @@ static void serve_connection(int fd, struct redis *rd)
 
 /* Reads until c->buf holds one whole request (head and body), or the client
  * is done, idle too long, or too slow. Returns PARSE_DONE, PARSE_ERROR (answer
- * r->status, then close) or PARSE_AGAIN (just close). */
+ * r->status, then close) or PARSE_AGAIN (just close). (LAB slowloris) */
 static enum parse_result read_request(struct conn *c)
 {
     int64_t deadline =
@@ -353,6 +375,8 @@ static enum parse_result read_request(struct conn *c)
         if (pr == PARSE_ERROR ||
             (pr == PARSE_DONE && c->len >= request_size(&c->req)))
             return pr;
+        if (pr == PARSE_DONE && !answer_expect(c))
+            return c->req.status ? PARSE_ERROR : PARSE_AGAIN;
         if (!wait_readable(c->fd, deadline))
             return PARSE_AGAIN;
         ssize_t n = recv(c->fd, c->buf + c->len, CONN_BUF_SIZE - c->len, 0);
@@ -364,6 +388,17 @@ static enum parse_result read_request(struct conn *c)
             deadline = now_ms() + REQUEST_TIMEOUT_MS;
         c->len += (size_t)n;
     }
+}
+
+/* The head is in, the body is not: answer an Expect: 100-continue (see
+ * expect_answer). False when the body will not be read: the request fails
+ * at once (c->req.status), or the 100 could not be sent. */
+static bool answer_expect(struct conn *c)
+{
+    int status = expect_answer(&c->req, c->buf);
+    if (status == 100)
+        return send_all(c->fd, CONTINUE_LINE, sizeof CONTINUE_LINE - 1, 0);
+    return status < 400;
 }
 
 /* Answers one complete request. False when the connection must close. */
@@ -391,10 +426,11 @@ static bool serve_static(struct conn *c, char *path, size_t size)
         slash_location(&c->req, c->buf, location, sizeof location);
         return respond_error(c, status, location);
     }
+    off_t offset, length;
     c->out.len = 0;
-    bool ok = format_head(&c->out, &c->req, 200, mime_type(path),
-                          (size_t)st.st_size, NULL) &&
-              send_response(c, 200, file, st.st_size);
+    status = static_response(&c->out, &c->req, c->buf, mime_type(path), &st,
+                             &offset, &length);
+    bool ok = status > 0 && send_response(c, status, file, offset, length);
     close(file);
     return ok;
 }
@@ -423,11 +459,11 @@ static bool serve_guestbook(struct conn *c)
     struct strbuf page = {0};
     bool ok = render_page(&page, &c->work, visitors) &&
               format_head(&c->out, &c->req, 200, "text/html; charset=utf-8",
-                          page.len, NULL) &&
+                          page.len, PAGE_HEADERS) &&
               (c->req.method == METHOD_HEAD ||
                sb_append(&c->out, page.data, page.len));
     sb_free(&page);
-    return ok ? send_response(c, 200, -1, 0) : respond_error(c, 500, NULL);
+    return ok ? send_response(c, 200, -1, 0, 0) : respond_error(c, 500, NULL);
 }
 
 /* POST: store the remark, then send the browser back to the page. */
@@ -442,28 +478,30 @@ static bool post_guestbook(struct conn *c)
         (!redis_command(c->redis, 3, rpush) || c->redis->reply.type != ':'))
         status = 503;
     return respond_error(c, status ? status : 303,
-                         status ? NULL : "Location: /guestbook\r\n");
+                         status ? NULL : POSTED_HEADERS);
 }
 
 static bool respond_error(struct conn *c, int status, const char *extra)
 {
     c->out.len = 0;
     return format_error(&c->out, &c->req, status, extra) &&
-           send_response(c, status, -1, 0);
+           send_response(c, status, -1, 0, 0);
 }
 
-/* Sends c->out, then the file if there is one (MSG_MORE lets the head and
- * the file's first bytes share a packet). Counted before it leaves: in
- * 02-05 the summary may be printed while another process or thread is still
- * answering, and a response the client has seen must be in it. */
-static bool send_response(struct conn *c, int status, int file, off_t size)
+/* Sends c->out, then `length` bytes of the file from `offset` if there is
+ * one (MSG_MORE lets the head and the file's first bytes share a packet).
+ * Counted before it leaves: in 02-05 the summary may be printed while
+ * another process or thread is still answering, and a response the client
+ * has seen must be in it. */
+static bool send_response(struct conn *c, int status, int file, off_t offset,
+                          off_t length)
 {
-    bool body = file >= 0 && size > 0 && c->req.method != METHOD_HEAD;
+    bool body = file >= 0 && length > 0 && c->req.method != METHOD_HEAD;
     count_response(&c->req, c->buf, status,
-                   c->out.len + (body ? (size_t)size : 0));
+                   c->out.len + (body ? (size_t)length : 0));
     bool ok = send_all(c->fd, c->out.data, c->out.len, body ? MSG_MORE : 0);
     if (ok && body)
-        ok = send_file(c->fd, file, size);
+        ok = send_file(c->fd, file, offset, length);
     return ok;
 }
 /* ---- end shared: blocking_conn ---- */
@@ -598,11 +636,13 @@ static bool send_all(int fd, const char *data, size_t len, int flags)
     return true;
 }
 
-static bool send_file(int fd, int file, off_t size)
+/* `length` bytes of the file from `offset`: sendfile() takes the offset
+ * and advances it, so a range costs nothing more than a whole file. */
+static bool send_file(int fd, int file, off_t offset, off_t length)
 {
-    off_t offset = 0;
-    while (offset < size) {
-        ssize_t n = sendfile(fd, file, &offset, (size_t)(size - offset));
+    off_t end = offset + length;
+    while (offset < end) {
+        ssize_t n = sendfile(fd, file, &offset, (size_t)(end - offset));
         if (n < 0 && errno == EINTR && !stop_requested)
             continue;
         if (n <= 0)
@@ -767,15 +807,17 @@ static int parse_method(struct http_request *r, const char *m, size_t len)
     return 0;
 }
 
-/* "HTTP/1.0" and "HTTP/1.1" are served; other well-formed versions get 505. */
+/* "HTTP/1.0" and "HTTP/1.1" are served, and a later HTTP/1.x as 1.1 (RFC
+ * 9110 §6.2: a minor version promises to be understood by 1.1); any other
+ * major version gets 505. */
 static int parse_version(struct http_request *r, const char *v, size_t len)
 {
     if (len != 8 || memcmp(v, "HTTP/", 5) != 0 || v[6] != '.' || v[5] < '0' ||
         v[5] > '9' || v[7] < '0' || v[7] > '9')
         return 400;
-    if (v[5] != '1' || (v[7] != '0' && v[7] != '1'))
+    if (v[5] != '1')
         return 505;
-    r->minor = v[7] - '0';
+    r->minor = v[7] == '0' ? 0 : 1;
     return 0;
 }
 
@@ -811,6 +853,31 @@ static void parse_connection(struct http_request *r, const char *v, size_t len)
     }
 }
 
+/* Expect and the headers that ask for part of a file, or only a newer one:
+ * their values are kept where they are, and read when a file is served.
+ * HTTP/1.0 knows no 100 Continue: its Expect is ignored (RFC 9110 §10.1.1). */
+static int header_conditions(struct http_request *r, const char *buf,
+                             const char *v, size_t len)
+{
+    const char *name = buf + r->name;
+    struct span *keep = NULL, value = {(size_t)(v - buf), len};
+    if (ieq(name, r->name_len, "Expect") && r->minor == 1) {
+        if (!ieq(v, len, "100-continue"))
+            return 417; /* an expectation we cannot meet */
+        r->expect_continue = true;
+    } else if (ieq(name, r->name_len, "If-None-Match"))
+        keep = &r->if_none_match;
+    else if (ieq(name, r->name_len, "If-Modified-Since"))
+        keep = &r->if_modified_since;
+    else if (ieq(name, r->name_len, "Range"))
+        keep = &r->range;
+    else if (ieq(name, r->name_len, "If-Range"))
+        keep = &r->if_range;
+    if (keep)
+        *keep = value;
+    return 0;
+}
+
 /* One complete header line: trim the value and note what we need. */
 static int header_done(struct http_request *r, const char *buf)
 {
@@ -839,7 +906,7 @@ static int header_done(struct http_request *r, const char *buf)
         r->form_type = len >= n && strncasecmp(v, form, n) == 0 &&
                        (len == n || v[n] == ';' || v[n] == ' ');
     }
-    return 0;
+    return header_conditions(r, buf, v, len);
 }
 
 /* The head is complete: the checks that need all of it. */
@@ -971,8 +1038,10 @@ static const char *reason_phrase(int status)
 {
     switch (status) {
     case 200: return "OK";
+    case 206: return "Partial Content";
     case 301: return "Moved Permanently";
     case 303: return "See Other";
+    case 304: return "Not Modified";
     case 400: return "Bad Request";
     case 403: return "Forbidden";
     case 404: return "Not Found";
@@ -982,6 +1051,8 @@ static const char *reason_phrase(int status)
     case 413: return "Content Too Large";
     case 414: return "URI Too Long";
     case 415: return "Unsupported Media Type";
+    case 416: return "Range Not Satisfiable";
+    case 417: return "Expectation Failed";
     case 431: return "Request Header Fields Too Large";
     case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
@@ -990,39 +1061,84 @@ static const char *reason_phrase(int status)
     }
 }
 
+/* A time as an IMF-fixdate, the one date format HTTP sends (RFC 9110 §5.6.7);
+ * the C locale's day and month names are the English ones it needs. */
+static void http_date(time_t t, char *out, size_t size)
+{
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) ||
+        strftime(out, size, "%a, %d %b %Y %H:%M:%S GMT", &tm) == 0)
+        out[0] = '\0';
+}
+
+/* A date formatted once and kept while the same second is asked for
+ * again: strftime() costs more than the rest of a small head. */
+struct date_text {
+    time_t t; /* what `text` says; -1: nothing yet */
+    char text[HTTP_DATE_SIZE];
+};
+
+static const char *date_cached(struct date_text *d, time_t t)
+{
+    if (t != d->t) {
+        http_date(t, d->text, sizeof d->text);
+        d->t = t;
+    }
+    return d->text;
+}
+
+/* Now, for the Date header: formatted once a second (per thread, so that
+ * 04's and 05's threads share nothing), not once per response. */
+static const char *date_now(void)
+{
+    static __thread struct date_text now = {.t = -1};
+    return date_cached(&now, time(NULL));
+}
+
 /* Status line and headers. `Connection` where it differs from the version's
  * default (HTTP/1.1 keeps, HTTP/1.0 closes) or refuses what the client asked.
+ * type NULL: a 304, which has no body and so no Content-Length or -Type.
  */
 static bool format_head(struct strbuf *out, const struct http_request *r,
                         int status, const char *type, size_t length,
                         const char *extra)
 {
-    char date[64];
-    struct tm tm;
-    time_t t = time(NULL);
-    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&t, &tm));
     const char *conn = "";
     if (!r->keep_alive && (r->minor == 1 || r->keep_alive_asked))
         conn = "Connection: close\r\n";
     else if (r->minor == 0 && r->keep_alive)
         conn = "Connection: keep-alive\r\n";
+    if (!extra)
+        extra = "";
+    if (!sb_reserve(out, HEAD_ROOM)) /* so sb_printf formats only once */
+        return false;
+    if (!type)
+        return sb_printf(out,
+                         "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: zerohttpd/%s"
+                         "\r\n%s%s\r\n",
+                         status, reason_phrase(status), date_now(), SERVER_NAME,
+                         conn, extra);
     return sb_printf(out,
                      "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: zerohttpd/%s\r\n"
                      "Content-Length: %zu\r\nContent-Type: %s\r\n%s%s\r\n",
-                     status, reason_phrase(status), date, SERVER_NAME, length,
-                     type, conn, extra ? extra : "");
+                     status, reason_phrase(status), date_now(), SERVER_NAME,
+                     length, type, conn, extra);
 }
 
 /* A complete small response with an HTML body: errors and redirects. */
 static bool format_error(struct strbuf *out, const struct http_request *r,
                          int status, const char *extra)
 {
-    char body[256];
-    int n =
-        snprintf(body, sizeof body,
-                 "<!DOCTYPE html>\n<html><head><title>%d %s</title></head>"
-                 "<body><h1>%d %s</h1></body></html>\n",
-                 status, reason_phrase(status), status, reason_phrase(status));
+    char body[512];
+    int n = snprintf(
+        body, sizeof body,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, "
+        "initial-scale=1\"><title>%d %s</title>"
+        "<link rel=\"stylesheet\" href=\"/style.css\"></head><body>"
+        "<main class=\"error\"><h1>%d %s</h1>"
+        "<p><a href=\"/\">Back to the home page</a></p></main></body></html>\n",
+        status, reason_phrase(status), status, reason_phrase(status));
     if (n < 0 || (size_t)n >= sizeof body)
         return false;
     if (status == 405 && !extra)
@@ -1130,11 +1246,31 @@ static long url_decode(const char *in, size_t len, char *out, size_t size,
     return (long)n;
 }
 
+/* The absolute form of a target, "http://host[:port]/path" (what a client
+ * sends to a proxy; a server must accept it, RFC 9112 §3.2.2), reduced to
+ * its path: we are the only host here. No path at all means "/". Any other
+ * target is returned as it is. */
+static const char *origin_form(const char *uri, size_t *len)
+{
+    static const char scheme[] = "http://";
+    size_t n = sizeof scheme - 1;
+    if (*len < n || strncasecmp(uri, scheme, n) != 0)
+        return uri;
+    const char *end = uri + *len, *path = memchr(uri + n, '/', *len - n);
+    if (!path || memchr(uri + n, '?', (size_t)(path - uri) - n)) {
+        *len = 1;
+        return "/";
+    }
+    *len = (size_t)(end - path);
+    return path;
+}
+
 /* Decodes the request target's path once and refuses what could escape
  * public/ lexically: `..` segments, backslashes, control bytes. Symlinks are
  * openat2's job. Returns 0 or an HTTP status. */
 static int decode_path(const char *uri, size_t len, char *path, size_t size)
 {
+    uri = origin_form(uri, &len);
     const char *query = memchr(uri, '?', len);
     if (query)
         len = (size_t)(query - uri);
@@ -1184,6 +1320,210 @@ static int open_public(char *path, size_t size, struct stat *st, int *status)
     *status = known && S_ISDIR(st->st_mode) ? 301 : 404;
     close(fd);
     return -1;
+}
+/* Validators (RFC 9110 §8.8). The ETag is strong: inode, size and mtime in
+ * nanoseconds, so a file replaced, rewritten or touched gets a new one at
+ * once; Last-Modified is the mtime, for clients that only keep dates. */
+static void file_etag(const struct stat *st, char out[ETAG_SIZE])
+{
+    unsigned long long part[3] = {
+        (unsigned long long)st->st_ino, (unsigned long long)st->st_size,
+        (unsigned long long)st->st_mtim.tv_sec * 1000000000ull +
+            (unsigned long long)st->st_mtim.tv_nsec};
+    char *p = out;
+    *p++ = '"';
+    for (int i = 0; i < 3; i++) { /* by hand: snprintf costs more here */
+        char digits[16];
+        int n = 0;
+        do {
+            digits[n++] = "0123456789abcdef"[part[i] & 15];
+            part[i] >>= 4;
+        } while (part[i]);
+        while (n > 0)
+            *p++ = digits[--n];
+        *p++ = i < 2 ? '-' : '"';
+    }
+    *p = '\0'; /* at most 1 + 3 * 17 + 1 bytes: ETAG_SIZE is room enough */
+}
+
+/* An HTTP date in any of the three forms a recipient must accept (RFC 9110
+ * §5.6.7): IMF-fixdate, RFC 850 and asctime. False when it is none. */
+static bool parse_http_date(const char *s, size_t len, time_t *out)
+{
+    static const char *const forms[] = {"%a, %d %b %Y %H:%M:%S GMT",
+                                        "%A, %d-%b-%y %H:%M:%S GMT",
+                                        "%a %b %e %H:%M:%S %Y"};
+    char text[HTTP_DATE_SIZE];
+    if (len == 0 || len >= sizeof text)
+        return false;
+    memcpy(text, s, len);
+    text[len] = '\0';
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        struct tm tm = {0};
+        const char *end = strptime(text, forms[i], &tm);
+        if (end && *end == '\0') {
+            *out = timegm(&tm);
+            return *out != (time_t)-1;
+        }
+    }
+    return false;
+}
+
+/* If-None-Match: does the comma-separated list name our ETag, or is it
+ * "*"? The weak comparison (§8.8.3.2): a W/ prefix is ignored. */
+static bool etag_listed(const char *v, size_t len, const char *etag)
+{
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < len && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
+            i++;
+        const char *tag = v + start;
+        size_t n = i - start;
+        if (n >= 2 && memcmp(tag, "W/", 2) == 0) {
+            tag += 2;
+            n -= 2;
+        }
+        if (eq(tag, n, "*") || eq(tag, n, etag))
+            return true;
+    }
+    return false;
+}
+
+/* Is the client's copy current (RFC 9110 §13.2.2, steps 3 and 4)?
+ * If-None-Match decides when present; otherwise a valid If-Modified-Since
+ * not older than the file's mtime. */
+static bool not_modified(const struct http_request *r, const char *buf,
+                         const struct stat *st, const char *etag)
+{
+    time_t since;
+    if (r->if_none_match.len)
+        return etag_listed(buf + r->if_none_match.off, r->if_none_match.len,
+                           etag);
+    return r->if_modified_since.len &&
+           parse_http_date(buf + r->if_modified_since.off,
+                           r->if_modified_since.len, &since) &&
+           st->st_mtime <= since;
+}
+
+/* If-Range (§13.1.5): the range only if the client holds this very file:
+ * the same strong ETag (a weak one never matches), or exactly its
+ * Last-Modified date. Otherwise the whole file. */
+static bool range_allowed(const struct http_request *r, const char *buf,
+                          const struct stat *st, const char *etag)
+{
+    const char *v = buf + r->if_range.off;
+    size_t len = r->if_range.len;
+    time_t date;
+    if (len == 0)
+        return true;
+    if (v[0] == '"' || (len > 2 && memcmp(v, "W/", 2) == 0))
+        return eq(v, len, etag);
+    return parse_http_date(v, len, &date) && date == st->st_mtime;
+}
+
+/* Up to 18 decimal digits from s[*i], advancing *i. False when none. */
+static bool range_number(const char *s, size_t len, size_t *i, off_t *out)
+{
+    size_t start = *i;
+    long long n = 0;
+    while (*i < len && *i - start < 18 && s[*i] >= '0' && s[*i] <= '9')
+        n = n * 10 + (s[(*i)++] - '0');
+    *out = (off_t)n;
+    return *i > start;
+}
+
+/* One byte range of a file of `size` bytes (RFC 9110 §14.1.2): "bytes=a-b",
+ * "bytes=a-" or "bytes=-n". Returns 206 with the range, 416 when no byte of
+ * it exists, 200 to ignore it (malformed, or several ranges: the whole file
+ * is a valid answer to those). */
+static int byte_range(const char *v, size_t len, off_t size, off_t *offset,
+                      off_t *length)
+{
+    size_t i = sizeof "bytes=" - 1;
+    off_t first = 0, last = 0;
+    if (len < i || strncasecmp(v, "bytes=", i) != 0)
+        return 200;
+    bool has_first = range_number(v, len, &i, &first);
+    if (i == len || v[i++] != '-')
+        return 200;
+    bool has_last = range_number(v, len, &i, &last);
+    if (i != len || (!has_first && !has_last) ||
+        (has_first && has_last && last < first))
+        return 200;
+    if (!has_first) { /* a suffix: the last `last` bytes */
+        if (last == 0)
+            return 416;
+        first = last < size ? size - last : 0;
+        last = size - 1;
+    } else if (!has_last || last >= size)
+        last = size - 1;
+    if (first >= size)
+        return 416;
+    *offset = first;
+    *length = last - first + 1;
+    return 206;
+}
+
+/* The header lines every file answer carries: validators, and no-cache
+ * (a cache may keep the file but asks each time: a 304 is cheap, and a
+ * student editing public/ sees the change at the next reload). */
+static bool file_headers(char *out, size_t size, const struct stat *st,
+                         const char *etag, int status, off_t offset,
+                         off_t length)
+{
+    static __thread struct date_text last = {.t = -1}; /* a hot file's */
+    const char *modified = date_cached(&last, st->st_mtime);
+    int n = snprintf(out, size,
+                     "ETag: %s\r\nLast-Modified: %s\r\nAccept-Ranges: bytes\r\n"
+                     "Cache-Control: no-cache\r\n",
+                     etag, modified);
+    if (n < 0 || (size_t)n >= size)
+        return false;
+    int m = 0;
+    if (status == 206)
+        m = snprintf(out + n, size - (size_t)n,
+                     "Content-Range: bytes %lld-%lld/%lld\r\n",
+                     (long long)offset, (long long)(offset + length - 1),
+                     (long long)st->st_size);
+    else if (status == 416)
+        m = snprintf(out + n, size - (size_t)n,
+                     "Content-Range: bytes */%lld\r\n", (long long)st->st_size);
+    return m >= 0 && (size_t)m < size - (size_t)n;
+}
+
+/* The answer to a GET or HEAD of an open file, from its validators and the
+ * request's conditions: 304 (the client's copy is current), else 206 or
+ * 416 for a Range on a GET that If-Range allows, else 200. For 200 and 206
+ * `out` gets the head, and *offset and *length the bytes the model sends
+ * after it; 304 and 416 are whole in `out` (*length 0). -1: no memory. */
+static int static_response(struct strbuf *out, const struct http_request *r,
+                           const char *buf, const char *type,
+                           const struct stat *st, off_t *offset, off_t *length)
+{
+    char etag[ETAG_SIZE], extra[320];
+    int status = 200;
+    file_etag(st, etag);
+    *offset = 0;
+    *length = st->st_size;
+    if (not_modified(r, buf, st, etag))
+        status = 304;
+    else if (r->range.len && r->method == METHOD_GET &&
+             range_allowed(r, buf, st, etag))
+        status = byte_range(buf + r->range.off, r->range.len, st->st_size,
+                            offset, length);
+    if (status == 304 || status == 416)
+        *length = 0;
+    if (!file_headers(extra, sizeof extra, st, etag, status, *offset, *length))
+        return -1;
+    if (status == 416)
+        return format_error(out, r, status, extra) ? status : -1;
+    return format_head(out, r, status, status == 304 ? NULL : type,
+                       (size_t)*length, extra)
+               ? status
+               : -1;
 }
 /* ---- end shared: static_files ---- */
 
@@ -1435,6 +1775,23 @@ static enum route route_request(struct http_request *r, const char *buf,
     }
     r->status = status;
     return ROUTE_ERROR;
+}
+
+/* Expect: 100-continue, once the head is in and the body is not: 100 when
+ * the body is wanted (the model sends CONTINUE_LINE, then reads on), or
+ * the final status at once, sparing the client a body we would refuse (it
+ * is left in r->status; the connection closes after it). 0: nothing to
+ * say, or said already. */
+static int expect_answer(struct http_request *r, const char *buf)
+{
+    char path[MAX_URI + sizeof "index.html"];
+    if (!r->expect_continue)
+        return 0;
+    r->expect_continue = false;
+    if (route_request(r, buf, path, sizeof path) != ROUTE_ERROR)
+        return 100;
+    r->keep_alive = false;
+    return r->status;
 }
 /* ---- end shared: route ---- */
 

@@ -15,7 +15,8 @@
  * One request's life (keep-alive, a small static file):
  *   completion: recv, bytes in a buffer the kernel took from our pool
  *   -> copy to the request buffer, resume the parser, route
- *   -> queue READ of the file (kept open by a small cache)
+ *   -> queue READ of the file (kept open by a small cache; a hot small
+ *      file's bytes are kept too, and the READ is skipped)
  *   -> completion: READ -> queue SEND of head + file
  *   -> completion: SEND -> queue the next recv, under the idle timer.
  *   Each arrow is one loop turn, shared with every other busy client.
@@ -32,8 +33,10 @@
  * Closing therefore cancels, counts the completions still due and frees
  * at the last one. openat2/fstat are not ring operations here (the
  * shared open_public), so small files stay open for FILE_CACHE_MS (as
- * nginx's open_file_cache): a file replaced meanwhile is served stale that
- * long. File chunks go through user memory (READ then SEND): no sendfile.
+ * nginx's open_file_cache), their bytes kept after the first READ; an
+ * inotify watch on their directories empties the cache at any change, so
+ * nothing is served stale (file_cache_init). File chunks go through user
+ * memory (READ then SEND): no sendfile.
  * Where it breaks: where io_uring is disabled (seccomp in containers,
  * kernel.io_uring_disabled): it says so and exits 1. Work the kernel
  * cannot do without blocking (a cold file read) goes to its worker
@@ -61,14 +64,17 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -105,6 +111,14 @@
 #define TEMPLATE_PATH      "templates/guestbook/index.html"
 #define TEMPLATE_MAX       (256 * 1024) /* refuse a runaway template */
 #define STATUS_CLASSES     6            /* 1xx..5xx, index by status / 100 */
+#define HTTP_DATE_SIZE     40  /* "Sun, 06 Nov 1994 08:49:37 GMT" and room */
+#define ETAG_SIZE          64  /* three 64-bit numbers in hex, quoted */
+#define HEAD_ROOM          512 /* bytes reserved for a response head */
+/* The interim answer to Expect: 100-continue (RFC 9110 §10.1.1). */
+#define CONTINUE_LINE "HTTP/1.1 100 Continue\r\n\r\n"
+/* The guestbook changes with every visit: no cache may keep it. */
+#define PAGE_HEADERS   "Cache-Control: no-store\r\n"
+#define POSTED_HEADERS "Location: /guestbook\r\nCache-Control: no-store\r\n"
 /* ---- end shared: config ---- */
 
 /* This model's own settings. */
@@ -148,6 +162,11 @@ enum parse_state {
     S_DONE        /* the head is complete: more bytes are body */
 };
 
+/* A header's value in the connection's buffer; len 0: the header is absent. */
+struct span {
+    size_t off, len;
+};
+
 /* One request as the parser sees it. Positions are offsets into the
  * connection's buffer, which stays put until the request is answered. */
 struct http_request {
@@ -163,8 +182,11 @@ struct http_request {
     bool has_host, form_type;
     bool close, keep_alive_asked; /* Connection: close / keep-alive */
     bool keep_alive;              /* decided once the head is parsed */
-    size_t body;                  /* offset of the first body byte */
-    int status;                   /* the error when PARSE_ERROR */
+    bool expect_continue;         /* Expect: 100-continue, not yet answered */
+    struct span if_none_match, if_modified_since; /* conditions on a file */
+    struct span range, if_range;                  /* part of a file */
+    size_t body;                                  /* the first body byte */
+    int status; /* the error when PARSE_ERROR */
 };
 
 /* A growable byte buffer, bounded by STRBUF_MAX. */
@@ -211,8 +233,8 @@ enum route { ROUTE_STATIC, ROUTE_PAGE, ROUTE_POST, ROUTE_ERROR };
 /* ---- end shared: types ---- */
 
 /* What a completion is about: the low bits of its user_data. The other bits
- * are the owner's address (a struct conn or the struct redis, both at least
- * 8-byte aligned), or 0 for operations nobody waits for. */
+ * are the owner's address (a struct conn from calloc(), or the struct
+ * redis, both 16-byte aligned), or 0 for operations nobody waits for. */
 enum op {
     OP_NONE,          /* cancel, shutdown, close: nothing to do after */
     OP_ACCEPT,        /* multishot accept on the listen socket */
@@ -222,8 +244,10 @@ enum op {
     OP_REDIS_CONNECT, /* redis: the connect */
     OP_REDIS_SEND,    /* redis: commands from rd->wire */
     OP_REDIS_RECV,    /* redis: replies into rd->in */
+    OP_FILES_CHANGED, /* the file cache's inotify fd is readable */
 };
-#define OP_MASK 7ULL /* the bits of user_data that hold the enum op */
+#define OP_MASK 15ULL /* the bits of user_data that hold the enum op */
+_Static_assert(_Alignof(max_align_t) >= OP_MASK + 1, "calloc() alignment");
 
 enum conn_state {
     C_READING, /* waiting for (the rest of) a request */
@@ -249,19 +273,21 @@ struct conn {
     size_t len; /* bytes in buf */
     size_t cap; /* bytes allocated, at most CONN_BUF_SIZE (conn_grow) */
     struct http_request req;
-    bool linger;           /* an error answer: half-close and drain after it */
-    struct strbuf out;     /* the response head (and body), then file chunks */
-    size_t sent;           /* bytes of out already sent */
-    int file;              /* the file being sent after the head, or -1 */
-    bool own_file;         /* closed with the response (not the cache's) */
-    off_t file_off;        /* next byte to read... */
-    off_t file_size;       /* ...and the end */
-    struct strbuf work;    /* guestbook: the rendered entries */
-    int step;              /* guestbook: Redis replies received so far */
-    uint64_t ticket;       /* C_REDIS: our place in the Redis FIFO */
-    size_t drained;        /* C_LINGER: bytes read and dropped */
-    enum timer_kind timer; /* the timer list we are on */
-    int64_t deadline;      /* when that timer fires (loop.now clock) */
+    bool linger;       /* an error answer: half-close and drain after it */
+    struct strbuf out; /* the response head (and body), then file chunks */
+    size_t sent;       /* bytes of out already sent */
+    int file;          /* the file being sent after the head, or -1 */
+    bool own_file;     /* closed with the response (not the cache's) */
+    struct cached_file *fill; /* this READ of a whole file fills its slot */
+    unsigned fill_gen;        /* ...if the slot still holds that file */
+    off_t file_off;           /* next byte to read... */
+    off_t file_size;          /* ...and the end */
+    struct strbuf work;       /* guestbook: the rendered entries */
+    int step;                 /* guestbook: Redis replies received so far */
+    uint64_t ticket;          /* C_REDIS: our place in the Redis FIFO */
+    size_t drained;           /* C_LINGER: bytes read and dropped */
+    enum timer_kind timer;    /* the timer list we are on */
+    int64_t deadline;         /* when that timer fires (loop.now clock) */
     struct conn *prev, *next; /* neighbours on that list (or closed list) */
 };
 
@@ -291,12 +317,15 @@ struct timer_list {
     struct conn *head, *tail; /* earliest deadline first */
 };
 
-/* A small static file kept open: a hot file costs no open/fstat/close. */
+/* A small static file kept open, and soon its bytes too: a hot file costs
+ * no system call and no READ, only its SEND. */
 struct cached_file {
-    char *path; /* the decoded request path (the key); NULL: free slot */
-    int fd;     /* the cache's own; closed through the ring */
-    off_t size;
+    char *path;     /* the decoded request path (the key); NULL: free slot */
+    int fd;         /* the cache's own; closed through the ring */
+    struct stat st; /* size and validators, as fstat() gave them */
     const char *type;
+    char *data;      /* st_size bytes once a READ of all of them completed */
+    unsigned gen;    /* changes whenever the slot does (see conn->fill) */
     int64_t expires; /* opened again after this */
 };
 
@@ -305,7 +334,7 @@ struct loop {
     struct io_uring ring;
     struct io_uring_buf_ring *pbufs; /* receive buffers lent to the kernel */
     char *pbuf_mem;                  /* their PBUF_COUNT * PBUF_SIZE bytes */
-    struct redis redis;
+    _Alignas(OP_MASK + 1) struct redis redis; /* its address tags its ops */
     struct timer_list timers[TIMER_KINDS];
     struct conn *closed;      /* closed, nothing in flight: to free */
     int conns;                /* allocated, closed or not */
@@ -313,6 +342,8 @@ struct loop {
     int spare_fd;             /* on /dev/null; given up to shed at EMFILE */
     int64_t resume_accept_at; /* 0, or when to accept again */
     struct cached_file files[FILE_CACHE_SLOTS];
+    unsigned file_gen; /* the last cached_file.gen given out */
+    int inotify_fd;    /* watches the cached files' directories; -1: no cache */
 };
 
 static struct server server;
@@ -340,6 +371,7 @@ static enum parse_result http_parse(struct http_request *r, const char *buf,
 static size_t request_size(const struct http_request *r);
 static enum route route_request(struct http_request *r, const char *buf,
                                 char *path, size_t size);
+static int expect_answer(struct http_request *r, const char *buf);
 
 /* A response: the head, a whole error page or redirect, the count. */
 static bool format_head(struct strbuf *out, const struct http_request *r,
@@ -352,9 +384,12 @@ static void slash_location(const struct http_request *r, const char *buf,
 static void count_response(const struct http_request *r, const char *buf,
                            int status, size_t bytes);
 
-/* A static file beneath public/, and its type. */
+/* A static file beneath public/, its type, and what to send of it. */
 static int open_public(char *path, size_t size, struct stat *st, int *status);
 static const char *mime_type(const char *path);
+static int static_response(struct strbuf *out, const struct http_request *r,
+                           const char *buf, const char *type,
+                           const struct stat *st, off_t *offset, off_t *length);
 
 /* The guestbook: Redis commands out and replies in (RESP), the page. */
 static bool resp_format(struct strbuf *out, int argc, const char *const argv[]);
@@ -388,6 +423,9 @@ static void free_closed(void);
 static void conn_close(struct conn *c);
 static void conn_advance(struct conn *c);
 static void respond_error(struct conn *c, int status, const char *extra);
+static void conn_respond(struct conn *c, int status, int file, off_t offset,
+                         off_t length);
+static void send_continue(struct conn *c);
 static void redis_queue(struct conn *c, int argc, const char *const argv[]);
 static void redis_send(void);
 static void redis_fail(void);
@@ -404,7 +442,12 @@ static void accept_done(int res, unsigned flags);
 static void conn_complete(struct conn *c, enum op op, int res,
                           const char *data);
 static void redis_complete(enum op op, int res);
+static void file_cache_init(void);
+static void file_cache_drop(struct cached_file *f);
+static void file_cache_fill(struct conn *c, const char *bytes, int res);
+static bool file_watch_dir(const char *path);
 static void file_cache_expire(void);
+static void files_changed(int res);
 
 /* Each turn: send what Redis was given, submit and wait, handle the
  * completions, fire what is due (cached files too), free what was closed. A
@@ -460,6 +503,7 @@ static void dispatch(const struct io_uring_cqe *cqe)
     case OP_RECV:
     case OP_SEND:
     case OP_READ: conn_complete(owner, op, cqe->res, data); break;
+    case OP_FILES_CHANGED: files_changed(cqe->res); break;
     default: redis_complete(op, cqe->res); break;
     }
     if (data)
@@ -480,6 +524,7 @@ static void loop_init(void)
     loop.redis.backoff_ms = REDIS_BACKOFF_MS;
     if (loop.spare_fd < 0)
         die("event loop setup");
+    file_cache_init();
     accept_resume();
 }
 
@@ -495,6 +540,7 @@ static void loop_close(void)
             conn_close(loop.timers[k].head);
     redis_fail();
     io_uring_prep_cancel64(new_sqe(NULL, OP_NONE), OP_ACCEPT, 0);
+    io_uring_prep_cancel64(new_sqe(NULL, OP_NONE), OP_FILES_CHANGED, 0);
     free_closed();
     while ((loop.conns > 0 || rd->inflight > 0) && now_ms() < deadline) {
         submit_and_wait((int)(deadline - now_ms()));
@@ -504,6 +550,8 @@ static void loop_close(void)
     file_cache_expire();
     io_uring_submit(&loop.ring); /* the last closes */
     io_uring_queue_exit(&loop.ring);
+    if (loop.inotify_fd >= 0)
+        close(loop.inotify_fd);
     sb_free(&rd->out);
     sb_free(&rd->wire);
     sb_free(&rd->in);
@@ -818,6 +866,17 @@ static void response_done(struct conn *c)
     }
 }
 
+/* The interim 100 Continue, sent through the ring from constant memory, so
+ * it needs no buffer of c's and nobody waits for its completion (the
+ * connection's cancel on close covers it). Its 25 bytes go into a socket
+ * with nothing else queued (the previous response is all sent before the
+ * next request is parsed), so the SEND does not fall short. */
+static void send_continue(struct conn *c)
+{
+    io_uring_prep_send(new_sqe(NULL, OP_NONE), c->fd, CONTINUE_LINE,
+                       sizeof CONTINUE_LINE - 1, MSG_NOSIGNAL);
+}
+
 /* File bytes the next READ asks for: what fits in a chunk-sized buffer. */
 static unsigned file_chunk(const struct conn *c)
 {
@@ -924,6 +983,8 @@ static void conn_complete(struct conn *c, enum op op, int res, const char *data)
     else if (res <= 0 || (op == OP_READ && (unsigned)res != file_chunk(c)))
         conn_close(c);
     else if (op == OP_READ) {
+        if (c->fill)
+            file_cache_fill(c, c->out.data + c->out.len, res);
         c->out.len += (size_t)res;
         c->file_off += res;
         conn_write(c);
@@ -985,17 +1046,21 @@ static void accept_done(int res, unsigned flags)
 /* The app: static files through a small open-file cache (open_cached);
  * the guestbook and the routing are 07's, in the shared event_app below. */
 
-/* Starts a response: c->out holds the head (and any body); `file` (-1:
- * none) follows it, read chunk by chunk through the ring, and c->own_file
- * says whether the response closes it. Nothing is sent here: conn_write
- * queues the first operation. */
-static void conn_respond(struct conn *c, int status, int file, off_t size)
+/* Starts a response: c->out holds the head (and any body); `length` bytes
+ * of `file` (-1: none) from `offset` follow it, read chunk by chunk through
+ * the ring (a READ takes the offset: a range costs nothing more), and
+ * c->own_file says whether the response closes it. Nothing is sent here:
+ * conn_write queues the first operation. */
+static void conn_respond(struct conn *c, int status, int file, off_t offset,
+                         off_t length)
 {
+    if (c->req.method == METHOD_HEAD)
+        length = 0;
     c->file = file;
-    c->file_off = 0;
-    c->file_size = c->req.method == METHOD_HEAD ? 0 : size;
+    c->file_off = offset;
+    c->file_size = offset + length;
     count_response(&c->req, c->buf, status,
-                   c->out.len + (file >= 0 ? (size_t)c->file_size : 0));
+                   c->out.len + (file >= 0 ? (size_t)length : 0));
     c->sent = 0;
     c->state = C_WRITING;
     conn_write(c);
@@ -1005,9 +1070,11 @@ static void conn_respond(struct conn *c, int status, int file, off_t size)
  * costs no system call (openat2, fstat and close would be three of them per
  * request). Only files up to FILE_CACHE_MAX are kept, so each use of a
  * cached fd is one READ, queued at once; a cached fd is closed through the
- * ring, so behind those READs. Bigger files belong to their response. */
-static int open_cached(struct conn *c, char *path, size_t size, off_t *fsize,
-                       const char **type, int *status)
+ * ring, so behind those READs. Bigger files belong to their response. A
+ * file is cached only once its directory is watched (file_watch_dir):
+ * without that, a replaced file would be served stale. */
+static int open_cached(struct conn *c, char *path, size_t size, struct stat *st,
+                       const char **type, int *status, const char **data)
 {
     uint32_t hash = 2166136261u; /* FNV-1a */
     const char *p = path;
@@ -1015,51 +1082,146 @@ static int open_cached(struct conn *c, char *path, size_t size, off_t *fsize,
         hash = (hash ^ (unsigned char)*p) * 16777619u;
     size_t len = (size_t)(p - path);
     struct cached_file *f = &loop.files[hash % FILE_CACHE_SLOTS];
-    struct stat st;
     c->own_file = false;
+    c->fill = NULL;
+    *data = NULL;
     if (f->path && strcmp(f->path, path) == 0 && loop.now < f->expires) {
-        *fsize = f->size;
+        *st = f->st;
         *type = f->type;
+        *data = f->data;
+        c->fill = f->data ? NULL : f; /* a READ of it all will fill it */
+        c->fill_gen = f->gen;
         return f->fd;
     }
-    int fd = open_public(path, size, &st, status);
-    if (fd >= 0) {
-        *fsize = st.st_size;
+    int fd = open_public(path, size, st, status);
+    if (fd >= 0)
         *type = mime_type(path);
-    }
+    bool keep =
+        fd >= 0 && st->st_size <= FILE_CACHE_MAX && file_watch_dir(path);
     path[len] = '\0'; /* the key is the path asked for: "/", not its index */
-    char *key = fd >= 0 && st.st_size <= FILE_CACHE_MAX ? strdup(path) : NULL;
+    char *key = keep ? strdup(path) : NULL;
     if (!key) { /* not cached: this response closes it */
         c->own_file = true;
         return fd;
     }
-    if (f->path)
-        close_later(f->fd);
-    free(f->path);
-    *f = (struct cached_file){key, fd, st.st_size, *type,
-                              loop.now + FILE_CACHE_MS};
+    file_cache_drop(f);
+    *f = (struct cached_file){.path = key,
+                              .fd = fd,
+                              .st = *st,
+                              .type = *type,
+                              .gen = ++loop.file_gen,
+                              .expires = loop.now + FILE_CACHE_MS};
+    c->fill = f;
+    c->fill_gen = f->gen;
     return fd;
 }
 
+/* A READ from offset 0 of a cached file completed: if it read the whole
+ * file, and the slot still holds that file (no change or eviction since:
+ * its gen is the same), keep a copy of the bytes for the next requests. */
+static void file_cache_fill(struct conn *c, const char *bytes, int res)
+{
+    struct cached_file *f = c->fill;
+    c->fill = NULL;
+    if (!f->path || f->gen != c->fill_gen || f->data || c->file_off != 0 ||
+        (off_t)res != f->st.st_size)
+        return;
+    f->data = malloc((size_t)res);
+    if (f->data)
+        memcpy(f->data, bytes, (size_t)res);
+}
+
+/* Lets a cache slot go: its fd closes behind the READs queued on it. */
+static void file_cache_drop(struct cached_file *f)
+{
+    if (!f->path)
+        return;
+    close_later(f->fd);
+    free(f->path);
+    free(f->data);
+    f->path = f->data = NULL;
+    f->gen = ++loop.file_gen;
+}
+
 /* Closes cached files past their time, so the cache never holds a
- * descriptor (or a deleted file) for long after its last use. */
+ * descriptor for long after its last use. */
 static void file_cache_expire(void)
 {
-    for (int i = 0; i < FILE_CACHE_SLOTS; i++) {
-        struct cached_file *f = &loop.files[i];
-        if (f->path && f->expires <= loop.now) {
-            close_later(f->fd);
-            free(f->path);
-            f->path = NULL;
-        }
+    for (int i = 0; i < FILE_CACHE_SLOTS; i++)
+        if (loop.files[i].expires <= loop.now)
+            file_cache_drop(&loop.files[i]);
+}
+
+/* Why the cache cannot serve a changed file, not even once: every
+ * directory it holds a file from is watched by inotify, and any event
+ * there (a write, a touch, a rename over the file, a delete) empties the
+ * whole cache. The inotify fd is polled through the ring, so an unchanged
+ * public/ costs no system call per request (a statx per request, the other
+ * way, would cost one, and a loop turn). Why "at once": the kernel queues
+ * the poll's completion while the writer's rename() runs, so before the
+ * completion of any request sent after it; completions are handled in that
+ * order. A file reached through a symlink to another directory is not
+ * noticed: that directory is not watched (nginx's cache has the same
+ * blind spot, for its whole lifetime). No inotify: no cache. */
+static void file_cache_init(void)
+{
+    loop.inotify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (loop.inotify_fd < 0) {
+        fprintf(stderr, "%s: inotify: %s; files are not cached\n", SERVER_NAME,
+                strerror(errno));
+        return;
     }
+    io_uring_prep_poll_add(new_sqe(NULL, OP_FILES_CHANGED), loop.inotify_fd,
+                           POLLIN);
+}
+
+/* Watches the directory of public/`path` (adding a watch twice is
+ * harmless: the kernel returns the same one). False: do not cache. */
+static bool file_watch_dir(const char *path)
+{
+    char dir[MAX_URI + sizeof PUBLIC_DIR];
+    const char *slash = strrchr(path, '/');
+    int n = snprintf(dir, sizeof dir, "%s%.*s", PUBLIC_DIR, (int)(slash - path),
+                     path);
+    return loop.inotify_fd >= 0 && n > 0 && (size_t)n < sizeof dir &&
+           inotify_add_watch(loop.inotify_fd, dir,
+                             IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE |
+                                 IN_CREATE | IN_DELETE | IN_MOVED_FROM |
+                                 IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF) >=
+               0;
+}
+
+/* Something changed in a watched directory: drop every cached file, read
+ * the events away (what they say does not matter) and poll again. */
+static void files_changed(int res)
+{
+    _Alignas(struct inotify_event) char events[4096];
+    if (res == -ECANCELED || stop_requested)
+        return; /* loop_close */
+    for (int i = 0; i < FILE_CACHE_SLOTS; i++)
+        file_cache_drop(&loop.files[i]);
+    while (read(loop.inotify_fd, events, sizeof events) > 0)
+        continue; /* until EAGAIN: the queue is empty */
+    io_uring_prep_poll_add(new_sqe(NULL, OP_FILES_CHANGED), loop.inotify_fd,
+                           POLLIN);
+}
+
+/* A file in memory (a cached one's bytes): the part asked for goes after
+ * the head, and the response is one SEND. */
+static bool append_cached(struct conn *c, const char *data, off_t offset,
+                          off_t length)
+{
+    return c->req.method == METHOD_HEAD ||
+           sb_append(&c->out, data + offset, (size_t)length);
 }
 
 static void serve_static(struct conn *c, char *path, size_t size)
 {
-    const char *type = NULL;
-    off_t fsize = 0;
-    int status = 0, file = open_cached(c, path, size, &fsize, &type, &status);
+    const char *type = NULL, *data;
+    struct stat st;
+    off_t offset, length;
+    int status = 0,
+        file = open_cached(c, path, size, &st, &type, &status, &data);
     if (file < 0 && status != 301)
         respond_error(c, status, NULL);
     else if (file < 0) {
@@ -1068,8 +1230,14 @@ static void serve_static(struct conn *c, char *path, size_t size)
         respond_error(c, status, location);
     } else {
         c->out.len = 0;
-        if (format_head(&c->out, &c->req, 200, type, (size_t)fsize, NULL))
-            conn_respond(c, 200, file, fsize);
+        status = static_response(&c->out, &c->req, c->buf, type, &st, &offset,
+                                 &length);
+        if (status > 0 && data && !append_cached(c, data, offset, length))
+            status = -1;
+        if (status > 0 && data)
+            conn_respond(c, status, -1, 0, 0);
+        else if (status > 0)
+            conn_respond(c, status, file, offset, length);
         else {
             c->file = file;
             file_release(c);
@@ -1084,7 +1252,7 @@ static void respond_error(struct conn *c, int status, const char *extra)
 {
     c->out.len = 0;
     if (format_error(&c->out, &c->req, status, extra))
-        conn_respond(c, status, -1, 0);
+        conn_respond(c, status, -1, 0, 0);
     else
         conn_close(c);
 }
@@ -1124,12 +1292,12 @@ static void respond_page(struct conn *c, long long visitors)
     c->out.len = 0;
     bool ok = render_page(&page, &c->work, visitors) &&
               format_head(&c->out, &c->req, 200, "text/html; charset=utf-8",
-                          page.len, NULL) &&
+                          page.len, PAGE_HEADERS) &&
               (c->req.method == METHOD_HEAD ||
                sb_append(&c->out, page.data, page.len));
     sb_free(&page);
     if (ok)
-        conn_respond(c, 200, -1, 0);
+        conn_respond(c, 200, -1, 0, 0);
     else
         respond_error(c, 500, NULL);
 }
@@ -1147,7 +1315,7 @@ static void guestbook_next(struct conn *c, const struct resp_reply *r,
     if (r->type == '-')
         respond_error(c, 503, NULL);
     else if (c->req.method == METHOD_POST && r->type == ':')
-        respond_error(c, 303, "Location: /guestbook\r\n");
+        respond_error(c, 303, POSTED_HEADERS);
     else if (c->req.method == METHOD_POST)
         respond_error(c, 503, NULL);
     else if (step == 0 && r->type == '*' && render_remarks(&c->work, buf, r))
@@ -1175,6 +1343,17 @@ static void start_request(struct conn *c)
     }
 }
 
+/* The head is in, the body is not: answer an Expect: 100-continue (see
+ * expect_answer) with a 100, or say the request fails at once (its status
+ * is in c->req.status). */
+static bool body_refused(struct conn *c)
+{
+    int status = expect_answer(&c->req, c->buf);
+    if (status == 100)
+        send_continue(c);
+    return status >= 400;
+}
+
 /* Serves the complete requests in c's buffer, in order, each as far as it
  * goes now. A pipelined request is looked at only once the one before it is
  * answered, so responses leave in request order. */
@@ -1183,8 +1362,12 @@ static void conn_advance(struct conn *c)
     while (c->state == C_READING && c->len > 0) {
         /* Called again while a body arrives, the parser stays PARSE_DONE. */
         enum parse_result pr = http_parse(&c->req, c->buf, c->len);
-        if (pr == PARSE_AGAIN ||
-            (pr == PARSE_DONE && c->len < request_size(&c->req)))
+        if (pr == PARSE_DONE && c->len < request_size(&c->req)) {
+            if (!body_refused(c))
+                return; /* the body is on its way */
+            pr = PARSE_ERROR;
+        }
+        if (pr == PARSE_AGAIN)
             return;
         timer_set(c, T_NONE); /* complete: the reading clocks stop */
         if (pr == PARSE_ERROR) {
@@ -1579,15 +1762,17 @@ static int parse_method(struct http_request *r, const char *m, size_t len)
     return 0;
 }
 
-/* "HTTP/1.0" and "HTTP/1.1" are served; other well-formed versions get 505. */
+/* "HTTP/1.0" and "HTTP/1.1" are served, and a later HTTP/1.x as 1.1 (RFC
+ * 9110 §6.2: a minor version promises to be understood by 1.1); any other
+ * major version gets 505. */
 static int parse_version(struct http_request *r, const char *v, size_t len)
 {
     if (len != 8 || memcmp(v, "HTTP/", 5) != 0 || v[6] != '.' || v[5] < '0' ||
         v[5] > '9' || v[7] < '0' || v[7] > '9')
         return 400;
-    if (v[5] != '1' || (v[7] != '0' && v[7] != '1'))
+    if (v[5] != '1')
         return 505;
-    r->minor = v[7] - '0';
+    r->minor = v[7] == '0' ? 0 : 1;
     return 0;
 }
 
@@ -1623,6 +1808,31 @@ static void parse_connection(struct http_request *r, const char *v, size_t len)
     }
 }
 
+/* Expect and the headers that ask for part of a file, or only a newer one:
+ * their values are kept where they are, and read when a file is served.
+ * HTTP/1.0 knows no 100 Continue: its Expect is ignored (RFC 9110 §10.1.1). */
+static int header_conditions(struct http_request *r, const char *buf,
+                             const char *v, size_t len)
+{
+    const char *name = buf + r->name;
+    struct span *keep = NULL, value = {(size_t)(v - buf), len};
+    if (ieq(name, r->name_len, "Expect") && r->minor == 1) {
+        if (!ieq(v, len, "100-continue"))
+            return 417; /* an expectation we cannot meet */
+        r->expect_continue = true;
+    } else if (ieq(name, r->name_len, "If-None-Match"))
+        keep = &r->if_none_match;
+    else if (ieq(name, r->name_len, "If-Modified-Since"))
+        keep = &r->if_modified_since;
+    else if (ieq(name, r->name_len, "Range"))
+        keep = &r->range;
+    else if (ieq(name, r->name_len, "If-Range"))
+        keep = &r->if_range;
+    if (keep)
+        *keep = value;
+    return 0;
+}
+
 /* One complete header line: trim the value and note what we need. */
 static int header_done(struct http_request *r, const char *buf)
 {
@@ -1651,7 +1861,7 @@ static int header_done(struct http_request *r, const char *buf)
         r->form_type = len >= n && strncasecmp(v, form, n) == 0 &&
                        (len == n || v[n] == ';' || v[n] == ' ');
     }
-    return 0;
+    return header_conditions(r, buf, v, len);
 }
 
 /* The head is complete: the checks that need all of it. */
@@ -1783,8 +1993,10 @@ static const char *reason_phrase(int status)
 {
     switch (status) {
     case 200: return "OK";
+    case 206: return "Partial Content";
     case 301: return "Moved Permanently";
     case 303: return "See Other";
+    case 304: return "Not Modified";
     case 400: return "Bad Request";
     case 403: return "Forbidden";
     case 404: return "Not Found";
@@ -1794,6 +2006,8 @@ static const char *reason_phrase(int status)
     case 413: return "Content Too Large";
     case 414: return "URI Too Long";
     case 415: return "Unsupported Media Type";
+    case 416: return "Range Not Satisfiable";
+    case 417: return "Expectation Failed";
     case 431: return "Request Header Fields Too Large";
     case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
@@ -1802,39 +2016,84 @@ static const char *reason_phrase(int status)
     }
 }
 
+/* A time as an IMF-fixdate, the one date format HTTP sends (RFC 9110 §5.6.7);
+ * the C locale's day and month names are the English ones it needs. */
+static void http_date(time_t t, char *out, size_t size)
+{
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) ||
+        strftime(out, size, "%a, %d %b %Y %H:%M:%S GMT", &tm) == 0)
+        out[0] = '\0';
+}
+
+/* A date formatted once and kept while the same second is asked for
+ * again: strftime() costs more than the rest of a small head. */
+struct date_text {
+    time_t t; /* what `text` says; -1: nothing yet */
+    char text[HTTP_DATE_SIZE];
+};
+
+static const char *date_cached(struct date_text *d, time_t t)
+{
+    if (t != d->t) {
+        http_date(t, d->text, sizeof d->text);
+        d->t = t;
+    }
+    return d->text;
+}
+
+/* Now, for the Date header: formatted once a second (per thread, so that
+ * 04's and 05's threads share nothing), not once per response. */
+static const char *date_now(void)
+{
+    static __thread struct date_text now = {.t = -1};
+    return date_cached(&now, time(NULL));
+}
+
 /* Status line and headers. `Connection` where it differs from the version's
  * default (HTTP/1.1 keeps, HTTP/1.0 closes) or refuses what the client asked.
+ * type NULL: a 304, which has no body and so no Content-Length or -Type.
  */
 static bool format_head(struct strbuf *out, const struct http_request *r,
                         int status, const char *type, size_t length,
                         const char *extra)
 {
-    char date[64];
-    struct tm tm;
-    time_t t = time(NULL);
-    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&t, &tm));
     const char *conn = "";
     if (!r->keep_alive && (r->minor == 1 || r->keep_alive_asked))
         conn = "Connection: close\r\n";
     else if (r->minor == 0 && r->keep_alive)
         conn = "Connection: keep-alive\r\n";
+    if (!extra)
+        extra = "";
+    if (!sb_reserve(out, HEAD_ROOM)) /* so sb_printf formats only once */
+        return false;
+    if (!type)
+        return sb_printf(out,
+                         "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: zerohttpd/%s"
+                         "\r\n%s%s\r\n",
+                         status, reason_phrase(status), date_now(), SERVER_NAME,
+                         conn, extra);
     return sb_printf(out,
                      "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: zerohttpd/%s\r\n"
                      "Content-Length: %zu\r\nContent-Type: %s\r\n%s%s\r\n",
-                     status, reason_phrase(status), date, SERVER_NAME, length,
-                     type, conn, extra ? extra : "");
+                     status, reason_phrase(status), date_now(), SERVER_NAME,
+                     length, type, conn, extra);
 }
 
 /* A complete small response with an HTML body: errors and redirects. */
 static bool format_error(struct strbuf *out, const struct http_request *r,
                          int status, const char *extra)
 {
-    char body[256];
-    int n =
-        snprintf(body, sizeof body,
-                 "<!DOCTYPE html>\n<html><head><title>%d %s</title></head>"
-                 "<body><h1>%d %s</h1></body></html>\n",
-                 status, reason_phrase(status), status, reason_phrase(status));
+    char body[512];
+    int n = snprintf(
+        body, sizeof body,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, "
+        "initial-scale=1\"><title>%d %s</title>"
+        "<link rel=\"stylesheet\" href=\"/style.css\"></head><body>"
+        "<main class=\"error\"><h1>%d %s</h1>"
+        "<p><a href=\"/\">Back to the home page</a></p></main></body></html>\n",
+        status, reason_phrase(status), status, reason_phrase(status));
     if (n < 0 || (size_t)n >= sizeof body)
         return false;
     if (status == 405 && !extra)
@@ -1942,11 +2201,31 @@ static long url_decode(const char *in, size_t len, char *out, size_t size,
     return (long)n;
 }
 
+/* The absolute form of a target, "http://host[:port]/path" (what a client
+ * sends to a proxy; a server must accept it, RFC 9112 §3.2.2), reduced to
+ * its path: we are the only host here. No path at all means "/". Any other
+ * target is returned as it is. */
+static const char *origin_form(const char *uri, size_t *len)
+{
+    static const char scheme[] = "http://";
+    size_t n = sizeof scheme - 1;
+    if (*len < n || strncasecmp(uri, scheme, n) != 0)
+        return uri;
+    const char *end = uri + *len, *path = memchr(uri + n, '/', *len - n);
+    if (!path || memchr(uri + n, '?', (size_t)(path - uri) - n)) {
+        *len = 1;
+        return "/";
+    }
+    *len = (size_t)(end - path);
+    return path;
+}
+
 /* Decodes the request target's path once and refuses what could escape
  * public/ lexically: `..` segments, backslashes, control bytes. Symlinks are
  * openat2's job. Returns 0 or an HTTP status. */
 static int decode_path(const char *uri, size_t len, char *path, size_t size)
 {
+    uri = origin_form(uri, &len);
     const char *query = memchr(uri, '?', len);
     if (query)
         len = (size_t)(query - uri);
@@ -1996,6 +2275,210 @@ static int open_public(char *path, size_t size, struct stat *st, int *status)
     *status = known && S_ISDIR(st->st_mode) ? 301 : 404;
     close(fd);
     return -1;
+}
+/* Validators (RFC 9110 §8.8). The ETag is strong: inode, size and mtime in
+ * nanoseconds, so a file replaced, rewritten or touched gets a new one at
+ * once; Last-Modified is the mtime, for clients that only keep dates. */
+static void file_etag(const struct stat *st, char out[ETAG_SIZE])
+{
+    unsigned long long part[3] = {
+        (unsigned long long)st->st_ino, (unsigned long long)st->st_size,
+        (unsigned long long)st->st_mtim.tv_sec * 1000000000ull +
+            (unsigned long long)st->st_mtim.tv_nsec};
+    char *p = out;
+    *p++ = '"';
+    for (int i = 0; i < 3; i++) { /* by hand: snprintf costs more here */
+        char digits[16];
+        int n = 0;
+        do {
+            digits[n++] = "0123456789abcdef"[part[i] & 15];
+            part[i] >>= 4;
+        } while (part[i]);
+        while (n > 0)
+            *p++ = digits[--n];
+        *p++ = i < 2 ? '-' : '"';
+    }
+    *p = '\0'; /* at most 1 + 3 * 17 + 1 bytes: ETAG_SIZE is room enough */
+}
+
+/* An HTTP date in any of the three forms a recipient must accept (RFC 9110
+ * §5.6.7): IMF-fixdate, RFC 850 and asctime. False when it is none. */
+static bool parse_http_date(const char *s, size_t len, time_t *out)
+{
+    static const char *const forms[] = {"%a, %d %b %Y %H:%M:%S GMT",
+                                        "%A, %d-%b-%y %H:%M:%S GMT",
+                                        "%a %b %e %H:%M:%S %Y"};
+    char text[HTTP_DATE_SIZE];
+    if (len == 0 || len >= sizeof text)
+        return false;
+    memcpy(text, s, len);
+    text[len] = '\0';
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        struct tm tm = {0};
+        const char *end = strptime(text, forms[i], &tm);
+        if (end && *end == '\0') {
+            *out = timegm(&tm);
+            return *out != (time_t)-1;
+        }
+    }
+    return false;
+}
+
+/* If-None-Match: does the comma-separated list name our ETag, or is it
+ * "*"? The weak comparison (§8.8.3.2): a W/ prefix is ignored. */
+static bool etag_listed(const char *v, size_t len, const char *etag)
+{
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < len && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
+            i++;
+        const char *tag = v + start;
+        size_t n = i - start;
+        if (n >= 2 && memcmp(tag, "W/", 2) == 0) {
+            tag += 2;
+            n -= 2;
+        }
+        if (eq(tag, n, "*") || eq(tag, n, etag))
+            return true;
+    }
+    return false;
+}
+
+/* Is the client's copy current (RFC 9110 §13.2.2, steps 3 and 4)?
+ * If-None-Match decides when present; otherwise a valid If-Modified-Since
+ * not older than the file's mtime. */
+static bool not_modified(const struct http_request *r, const char *buf,
+                         const struct stat *st, const char *etag)
+{
+    time_t since;
+    if (r->if_none_match.len)
+        return etag_listed(buf + r->if_none_match.off, r->if_none_match.len,
+                           etag);
+    return r->if_modified_since.len &&
+           parse_http_date(buf + r->if_modified_since.off,
+                           r->if_modified_since.len, &since) &&
+           st->st_mtime <= since;
+}
+
+/* If-Range (§13.1.5): the range only if the client holds this very file:
+ * the same strong ETag (a weak one never matches), or exactly its
+ * Last-Modified date. Otherwise the whole file. */
+static bool range_allowed(const struct http_request *r, const char *buf,
+                          const struct stat *st, const char *etag)
+{
+    const char *v = buf + r->if_range.off;
+    size_t len = r->if_range.len;
+    time_t date;
+    if (len == 0)
+        return true;
+    if (v[0] == '"' || (len > 2 && memcmp(v, "W/", 2) == 0))
+        return eq(v, len, etag);
+    return parse_http_date(v, len, &date) && date == st->st_mtime;
+}
+
+/* Up to 18 decimal digits from s[*i], advancing *i. False when none. */
+static bool range_number(const char *s, size_t len, size_t *i, off_t *out)
+{
+    size_t start = *i;
+    long long n = 0;
+    while (*i < len && *i - start < 18 && s[*i] >= '0' && s[*i] <= '9')
+        n = n * 10 + (s[(*i)++] - '0');
+    *out = (off_t)n;
+    return *i > start;
+}
+
+/* One byte range of a file of `size` bytes (RFC 9110 §14.1.2): "bytes=a-b",
+ * "bytes=a-" or "bytes=-n". Returns 206 with the range, 416 when no byte of
+ * it exists, 200 to ignore it (malformed, or several ranges: the whole file
+ * is a valid answer to those). */
+static int byte_range(const char *v, size_t len, off_t size, off_t *offset,
+                      off_t *length)
+{
+    size_t i = sizeof "bytes=" - 1;
+    off_t first = 0, last = 0;
+    if (len < i || strncasecmp(v, "bytes=", i) != 0)
+        return 200;
+    bool has_first = range_number(v, len, &i, &first);
+    if (i == len || v[i++] != '-')
+        return 200;
+    bool has_last = range_number(v, len, &i, &last);
+    if (i != len || (!has_first && !has_last) ||
+        (has_first && has_last && last < first))
+        return 200;
+    if (!has_first) { /* a suffix: the last `last` bytes */
+        if (last == 0)
+            return 416;
+        first = last < size ? size - last : 0;
+        last = size - 1;
+    } else if (!has_last || last >= size)
+        last = size - 1;
+    if (first >= size)
+        return 416;
+    *offset = first;
+    *length = last - first + 1;
+    return 206;
+}
+
+/* The header lines every file answer carries: validators, and no-cache
+ * (a cache may keep the file but asks each time: a 304 is cheap, and a
+ * student editing public/ sees the change at the next reload). */
+static bool file_headers(char *out, size_t size, const struct stat *st,
+                         const char *etag, int status, off_t offset,
+                         off_t length)
+{
+    static __thread struct date_text last = {.t = -1}; /* a hot file's */
+    const char *modified = date_cached(&last, st->st_mtime);
+    int n = snprintf(out, size,
+                     "ETag: %s\r\nLast-Modified: %s\r\nAccept-Ranges: bytes\r\n"
+                     "Cache-Control: no-cache\r\n",
+                     etag, modified);
+    if (n < 0 || (size_t)n >= size)
+        return false;
+    int m = 0;
+    if (status == 206)
+        m = snprintf(out + n, size - (size_t)n,
+                     "Content-Range: bytes %lld-%lld/%lld\r\n",
+                     (long long)offset, (long long)(offset + length - 1),
+                     (long long)st->st_size);
+    else if (status == 416)
+        m = snprintf(out + n, size - (size_t)n,
+                     "Content-Range: bytes */%lld\r\n", (long long)st->st_size);
+    return m >= 0 && (size_t)m < size - (size_t)n;
+}
+
+/* The answer to a GET or HEAD of an open file, from its validators and the
+ * request's conditions: 304 (the client's copy is current), else 206 or
+ * 416 for a Range on a GET that If-Range allows, else 200. For 200 and 206
+ * `out` gets the head, and *offset and *length the bytes the model sends
+ * after it; 304 and 416 are whole in `out` (*length 0). -1: no memory. */
+static int static_response(struct strbuf *out, const struct http_request *r,
+                           const char *buf, const char *type,
+                           const struct stat *st, off_t *offset, off_t *length)
+{
+    char etag[ETAG_SIZE], extra[320];
+    int status = 200;
+    file_etag(st, etag);
+    *offset = 0;
+    *length = st->st_size;
+    if (not_modified(r, buf, st, etag))
+        status = 304;
+    else if (r->range.len && r->method == METHOD_GET &&
+             range_allowed(r, buf, st, etag))
+        status = byte_range(buf + r->range.off, r->range.len, st->st_size,
+                            offset, length);
+    if (status == 304 || status == 416)
+        *length = 0;
+    if (!file_headers(extra, sizeof extra, st, etag, status, *offset, *length))
+        return -1;
+    if (status == 416)
+        return format_error(out, r, status, extra) ? status : -1;
+    return format_head(out, r, status, status == 304 ? NULL : type,
+                       (size_t)*length, extra)
+               ? status
+               : -1;
 }
 /* ---- end shared: static_files ---- */
 
@@ -2247,6 +2730,23 @@ static enum route route_request(struct http_request *r, const char *buf,
     }
     r->status = status;
     return ROUTE_ERROR;
+}
+
+/* Expect: 100-continue, once the head is in and the body is not: 100 when
+ * the body is wanted (the model sends CONTINUE_LINE, then reads on), or
+ * the final status at once, sparing the client a body we would refuse (it
+ * is left in r->status; the connection closes after it). 0: nothing to
+ * say, or said already. */
+static int expect_answer(struct http_request *r, const char *buf)
+{
+    char path[MAX_URI + sizeof "index.html"];
+    if (!r->expect_continue)
+        return 0;
+    r->expect_continue = false;
+    if (route_request(r, buf, path, sizeof path) != ROUTE_ERROR)
+        return 100;
+    r->keep_alive = false;
+    return r->status;
 }
 /* ---- end shared: route ---- */
 

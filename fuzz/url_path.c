@@ -60,9 +60,28 @@ static bool has_dotdot_segment(const char *path)
     }
 }
 
+/* The absolute form "http://authority[/path]", computed independently:
+ * the path from the first '/' after the authority, or "/" when the
+ * authority runs to the end or to a '?'. */
+static const char *ref_origin(const char *uri, size_t *len)
+{
+    if (*len < 7 || strncasecmp(uri, "http://", 7) != 0)
+        return uri;
+    size_t i = 7;
+    while (i < *len && uri[i] != '/' && uri[i] != '?')
+        i++;
+    if (i == *len || uri[i] == '?') {
+        *len = 1;
+        return "/";
+    }
+    *len -= i;
+    return uri + i;
+}
+
 /* decode_path's contract, computed independently: 0, 400 or 414. */
 static int ref_path_status(const char *uri, size_t len, size_t size, char *ref)
 {
+    uri = ref_origin(uri, &len);
     const char *query = memchr(uri, '?', len);
     if (query)
         len = (size_t)(query - uri);
