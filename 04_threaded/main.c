@@ -154,20 +154,17 @@ struct strbuf {
 
 /* A Redis reply being framed; see resp_parse(). */
 struct resp_reply {
-    size_t pos;                     /* start of the next unparsed element */
-    int depth;                      /* arrays still open */
-    long long left[RESP_MAX_DEPTH]; /* elements each open array still owes */
-    char type;                      /* top-level type: + - : $ * */
-    long long integer;              /* ':' value, or '$'/'*' length */
-    size_t nitems;                  /* strings found, in reply order */
-    struct {
-        size_t off, len;
-    } item[RESP_MAX_ITEMS]; /* where they are in the reply buffer */
+    size_t pos;                       /* start of the next unparsed element */
+    int depth;                        /* arrays still open */
+    long long left[RESP_MAX_DEPTH];   /* elements each open array still owes */
+    char type;                        /* top-level type: + - : $ * */
+    long long integer;                /* ':' value, or '$'/'*' length */
+    size_t nitems;                    /* strings found, in reply order */
+    struct span item[RESP_MAX_ITEMS]; /* where they are in the buffer */
 };
 
-/* Requests served, for the summary at the stop. One page mapped MAP_SHARED
- * and updated with atomics: 02's and 03's child processes and 04's and 05's
- * threads all count into it (the one-thread servers pay a few cycles). */
+/* Requests served, for the summary: a MAP_SHARED page updated with atomics,
+ * so that 02/03's child processes and the threads of 04/05/09 count too. */
 struct stats {
     unsigned long served;
     unsigned long by_class[STATUS_CLASSES];
@@ -214,18 +211,15 @@ static volatile sig_atomic_t stop_requested; /* set by SIGINT/SIGTERM */
 /* ===== What the model uses from the app below ===== */
 
 /* ---- shared: app_api ---- */
-/* The app every model serves: defined after main(), identical in all eight
- * files. This is all of it that a model calls. */
+/* The app, defined after main(), the same in every file: all a model calls. */
 
-/* Start-up (arguments, signals, public/, the template, the listener) and the
- * summary printed at the stop. */
+/* Start-up (arguments, signals, public/, template, listener); the summary. */
 static void server_init(int argc, char **argv);
 static int env_number(const char *var, int fallback, int min, int max);
 static void print_summary(void);
 static void die(const char *what);
 
-/* A request: the resumable parser over the connection's buffer, its size,
- * and what it is for (a file, the guestbook page or form, an error). */
+/* A request: the resumable parser, its size, what it is for, its Expect. */
 static void http_request_init(struct http_request *r);
 static enum parse_result http_parse(struct http_request *r, const char *buf,
                                     size_t len);
