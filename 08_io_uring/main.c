@@ -83,7 +83,7 @@
 #include <unistd.h>
 
 /* ---- shared: config ---- */
-/* Tunables shared by all eight servers, each with its reason. */
+/* Tunables shared by every server, each with its reason. */
 #define DEFAULT_PORT       8000
 #define DEFAULT_REDIS_HOST "127.0.0.1"
 #define DEFAULT_REDIS_PORT 6379
