@@ -141,6 +141,16 @@ def keepalive_load(lab, port, requests, concurrency=50):
                done.stderr[-300:])
 
 
+def asking_clients(port, count, raw):
+    """count connections that each send `raw` at once, answers unread."""
+    socks = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", port), timeout=seconds(5))
+        s.sendall(raw)
+        socks.append(s)
+    return socks
+
+
 def idle_clients(port, count):
     """`count` connections that connect and send nothing (an idle
     keep-alive client, or a slowloris before its first byte)."""

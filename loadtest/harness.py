@@ -605,6 +605,15 @@ AB_FIELDS = {  # field: (pattern in ab's output, type)
 }
 
 
+def deliver(found, into):
+    """A parser's fields: as a dict, or set as attributes of `into`."""
+    if into is None:
+        return found
+    for field, value in found.items():
+        setattr(into, field, value)
+    return into
+
+
 def parse_ab(text, into=None):
     """The AB_FIELDS that ab's report holds, as a dict; a run ab stopped
     early counts what it completed. With `into`, set them as its attributes
@@ -617,11 +626,7 @@ def parse_ab(text, into=None):
     aborted = re.search(r"^Total of (\d+) requests completed", text, re.M)
     if aborted:
         found["complete"] = int(aborted.group(1))
-    if into is None:
-        return found
-    for field, value in found.items():
-        setattr(into, field, value)
-    return into
+    return deliver(found, into)
 
 
 # ===== wrk =====
@@ -663,11 +668,7 @@ def parse_wrk(text, into=None):
     rate = re.search(r"^Requests/sec:\s+([\d.]+)", text, re.M)
     if rate:
         found["rps"] = float(rate.group(1))
-    if into is None:
-        return found
-    for field, value in found.items():
-        setattr(into, field, value)
-    return into
+    return deliver(found, into)
 
 
 # ===== The command line: build, servers, tools =====

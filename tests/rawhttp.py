@@ -171,6 +171,18 @@ def parse_head(raw):
     return version, int(status), reason, Headers(pairs)
 
 
+def open_asking(port, count, conns, raw=b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n",
+                timeout=10):
+    """count connections that each send `raw` as they open, appended to
+    `conns` (the caller closes them, also after a failure): answers are read
+    after, so all are open and waiting at once."""
+    for _ in range(count):
+        conn = Connection(port, timeout=timeout)
+        conn.send(raw)
+        conns.append(conn)
+    return conns
+
+
 def exchange(port, raw, head=False, timeout=TIMEOUT):
     """Open a connection, send raw bytes, read one response, close."""
     with Connection(port, timeout) as conn:

@@ -23,7 +23,7 @@ import pytest
 from processes import (RedisServer, ServerProcess, fd_count, redis_settle,
                        settled, wait_for_fds)
 from rawhttp import (HOST, SMALL_RCVBUF, Connection, assert_html_error,
-                     assert_prompt, assert_recovers, get)
+                     assert_prompt, assert_recovers, get, open_asking)
 
 pytestmark = pytest.mark.models("poll", "epoll", "io_uring", "reuseport",
                                 "fibers")
@@ -85,10 +85,7 @@ def test_10000_idle_keep_alive_connections(server):
         # requests go out as the connections open, the answers are read
         # after, so all 10,000 are open at once and then idle, well within
         # the 5 s idle timeout.
-        for _ in range(IDLE_CLIENTS):
-            conn = Connection(server.port, timeout=10)
-            conn.send(b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n")
-            conns.append(conn)
+        open_asking(server.port, IDLE_CLIENTS, conns)
         for conn in conns:
             assert conn.read_response().status == 200
         opened = time.monotonic() - started

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from processes import fd_count, guarded_stacks, settled, wait_for_fds
-from rawhttp import Connection, assert_prompt, get
+from rawhttp import Connection, assert_prompt, get, open_asking
 
 pytestmark = pytest.mark.models("fibers")
 
@@ -43,10 +43,7 @@ def test_1000_concurrent_keep_alive_clients_are_all_served(server):
         # All connect and ask before any answer is read: 1,000 fibers at
         # once. Then each asks again on the same connection: every fiber
         # parked between its requests and was woken for the next.
-        for _ in range(CLIENTS):
-            conn = Connection(server.port, timeout=10)
-            conn.send(b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n")
-            conns.append(conn)
+        open_asking(server.port, CLIENTS, conns)
         for conn in conns:
             assert conn.read_response().status == 200
         for conn in conns:
@@ -88,10 +85,8 @@ def test_each_client_fiber_has_a_guarded_stack_freed_when_it_leaves(server):
     fds = settled(lambda: fd_count(server.pid), "descriptor count")
     conns = []
     try:
-        for _ in range(IDLE):
-            conn = Connection(server.port)
-            conn.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-            conns.append(conn)
+        open_asking(server.port, IDLE, conns,
+                    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         for conn in conns:
             assert conn.read_response().status == 200
         # All IDLE fibers are parked now, each on its own guarded stack.

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Grader for the fibers lab (labs/fibers/README.md)."""
 
-import socket
 import time
 
-from grading import Grader, get, seconds, wait_for  # labs/grading.py
+from grading import (Grader, asking_clients, get, seconds,  # labs/
+                     wait_for)
 from processes import guarded_stacks  # tests/processes.py: also the suite's
 
 CLIENTS = 200  # kept connections served at once: a fiber each
@@ -13,11 +13,8 @@ grader = Grader("fibers")
 
 def open_clients(port, count):
     """count keep-alive clients, each answered once and left open."""
-    clients = []
-    for _ in range(count):
-        s = socket.create_connection(("127.0.0.1", port), timeout=seconds(5))
-        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        clients.append(s)
+    clients = asking_clients(port, count,
+                             b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     answered = 0
     for s in clients:
         if s.recv(65536).startswith(b"HTTP/1.1 200"):

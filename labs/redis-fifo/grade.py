@@ -5,7 +5,7 @@ import os
 import socket
 import time
 
-from grading import Grader, get, seconds  # labs/grading.py
+from grading import Grader, asking_clients, get, seconds  # labs/grading.py
 
 STATIC_LIMIT = 0.3  # seconds for a static page while Redis is stalled
 WAITERS = 3  # guestbook requests parked on the stalled Redis
@@ -14,12 +14,7 @@ grader = Grader("redis-fifo")
 
 def send_page_requests(port, count):
     """Guestbook GETs sent and left waiting: their sockets."""
-    socks = []
-    for _ in range(count):
-        s = socket.create_connection(("127.0.0.1", port), timeout=seconds(5))
-        s.sendall(b"GET /guestbook HTTP/1.0\r\n\r\n")
-        socks.append(s)
-    return socks
+    return asking_clients(port, count, b"GET /guestbook HTTP/1.0\r\n\r\n")
 
 
 def status_of(sock):
