@@ -3,7 +3,7 @@
 
 import time
 
-from grading import (Grader, get, idle_clients, seconds,  # labs/grading.py
+from grading import (Grader, idle_clients, seconds,  # labs/grading.py
                      status_field, wait_for)
 
 IDLE = 300  # idle keep-alive clients: a thread (and a stack) each
