@@ -504,7 +504,7 @@ static void backend_init(void)
 }
 
 /* Asks to hear of `events` on w's fd (0: none for now; errors always come).
- * One epoll_ctl() when the interest changes, nothing otherwise. */
+ * One epoll_ctl() when the interest changes, nothing otherwise. (LAB edge) */
 static bool watch_fd(struct watch *w, unsigned events)
 {
     if (w->added && w->events == events)
