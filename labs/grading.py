@@ -180,16 +180,21 @@ def status_field(pid, name):
     raise KeyError(name)
 
 
-def cpu_ticks(pid):
-    """utime + stime of a process, all its threads, in clock ticks."""
-    stat = proc_stat(pid)
-    return stat[3] if stat else 0
-
-
 def user_ticks(pid):
     """utime alone: the CPU a process spent in its own code, in ticks."""
     text = Path(f"/proc/{pid}/stat").read_text()
     return int(text[text.rindex(")") + 2:].split()[11])
+
+
+def build(src, binary, model):
+    """Build src into binary as server `model` (its libraries), with the
+    Makefile's flags: (ok, what the compiler said)."""
+    Path(binary).parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["make", "-s", "--no-print-directory", "-C", str(REPO), "lab-bin",
+         f"LAB_SRC={Path(src).resolve()}", f"LAB_BIN={binary}",
+         f"LAB_MODEL={model}"], capture_output=True, text=True)
+    return done.returncode == 0, done.stdout + done.stderr
 
 
 def build_reference(server_dir, into):
@@ -197,10 +202,9 @@ def build_reference(server_dir, into):
     flags as the student's, to measure both in one run."""
     model = server_dir.split("_", 1)[1]
     binary = Path(into) / "reference" / model
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["make", "-s", "--no-print-directory", "-C", str(REPO),
-                    "lab-bin", f"LAB_SRC={REPO / server_dir / 'main.c'}",
-                    f"LAB_BIN={binary}", f"LAB_MODEL={model}"], check=True)
+    ok, said = build(REPO / server_dir / "main.c", binary, model)
+    if not ok:
+        raise RuntimeError(f"the reference {server_dir} did not build: {said}")
     return binary
 
 

@@ -12,6 +12,7 @@ Run: `make all asan && python3 -m pytest tests -q`, or for some servers only:
 """
 
 import os
+import resource
 import shutil
 
 import pytest
@@ -114,3 +115,17 @@ def server(binary, site, redis):
         proc.stop()
     finally:
         proc.cleanup()
+
+
+@pytest.fixture(scope="module")
+def many_descriptors(request):
+    """Raise this process's open-file soft limit towards the test module's
+    WANTED_FDS (the hard limit here is 20,000); servers started meanwhile
+    inherit it. Restored after the module. Use it with
+    `pytestmark = [..., pytest.mark.usefixtures("many_descriptors")]`."""
+    wanted = request.module.WANTED_FDS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard >= wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -414,6 +414,14 @@ def guarded_stacks(pid):
                and p2 == "rw-p")
 
 
+def need_descriptors(wanted):
+    """In a test: skip it when the open-file limit is below `wanted`."""
+    import pytest  # only tests call this; the lab graders import the rest
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        pytest.skip(f"open-file limit {soft}: {wanted} are needed")
+
+
 def fd_count(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 

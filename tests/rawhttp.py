@@ -183,6 +183,15 @@ def open_asking(port, count, conns, raw=b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n
     return conns
 
 
+def slow_reader(port, path="/big.bin"):
+    """A client that asks for a (large) file with a small receive window and
+    reads nothing yet: the server's sends soon find its socket full."""
+    conn = Connection(port, timeout=10)
+    conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_RCVBUF)
+    conn.send(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+    return conn
+
+
 def exchange(port, raw, head=False, timeout=TIMEOUT):
     """Open a connection, send raw bytes, read one response, close."""
     with Connection(port, timeout) as conn:

@@ -9,7 +9,6 @@ test shows that with real sockets and real processes, and then checks that
 the server gave back every descriptor (counted in /proc/PID/fd).
 """
 
-import resource
 import select
 import signal
 import socket
@@ -20,13 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from processes import (RedisServer, ServerProcess, fd_count, redis_settle,
-                       settled, wait_for_fds)
-from rawhttp import (HOST, SMALL_RCVBUF, Connection, assert_html_error,
-                     assert_prompt, assert_recovers, get, open_asking)
+from processes import (RedisServer, ServerProcess, fd_count, need_descriptors,
+                       redis_settle, settled, wait_for_fds)
+from rawhttp import (HOST, Connection, assert_html_error,
+                     assert_prompt, assert_recovers, get, open_asking,
+                     slow_reader)
 
-pytestmark = pytest.mark.models("poll", "epoll", "io_uring", "reuseport",
-                                "fibers")
+pytestmark = [pytest.mark.models("poll", "epoll", "io_uring", "reuseport",
+                                 "fibers"),
+              pytest.mark.usefixtures("many_descriptors")]
 
 IDLE_CLIENTS = 10_000
 FD_MARGIN = 512  # descriptors beyond the idle clients: ours, the server's
@@ -38,18 +39,6 @@ WARM_UP = 0.5  # seconds of guestbook load before the descriptors are counted
 
 WANTED_FDS = IDLE_CLIENTS + FD_MARGIN  # per process: ours, and the server's
 
-
-@pytest.fixture(autouse=True, scope="module")
-def many_descriptors():
-    """Raise this process's open-file soft limit towards WANTED_FDS (the hard
-    limit here is 20,000); the servers started below inherit it. Restored
-    afterwards."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard >= WANTED_FDS:
-        resource.setrlimit(resource.RLIMIT_NOFILE,
-                           (max(soft, WANTED_FDS), hard))
-    yield
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 # ---- looking at the server from outside ----
@@ -74,9 +63,7 @@ def readable(conns):
 # ---- many idle connections ----
 
 def test_10000_idle_keep_alive_connections(server):
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft != resource.RLIM_INFINITY and soft < WANTED_FDS:
-        pytest.skip(f"open-file limit {soft}: {WANTED_FDS} are needed")
+    need_descriptors(WANTED_FDS)
     baseline = settled(lambda: fd_count(server.pid), "descriptor count")
     started = time.monotonic()
     conns = []
@@ -112,11 +99,7 @@ def test_readers_that_stop_reading_cost_no_memory_or_time(server, site):
     stalled = []
     try:
         for _ in range(STALLED_READERS):
-            conn = Connection(server.port, timeout=10)
-            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF,
-                                 SMALL_RCVBUF)
-            conn.send(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
-            stalled.append(conn)
+            stalled.append(slow_reader(server.port))
         time.sleep(0.5)  # let the server fill their sockets
         assert_prompt(server.port, PROMPT)
         growth = rss_kib(server.pid) - rss_before

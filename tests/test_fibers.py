@@ -6,16 +6,17 @@ The stacks are seen from outside, in /proc/PID/maps: each fiber's stack is
 an rw-p mapping with a one-page ---p (PROT_NONE) mapping right below it.
 """
 
-import resource
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from processes import fd_count, guarded_stacks, settled, wait_for_fds
+from processes import (fd_count, guarded_stacks, need_descriptors, settled,
+                       wait_for_fds)
 from rawhttp import Connection, assert_prompt, get, open_asking
 
-pytestmark = pytest.mark.models("fibers")
+pytestmark = [pytest.mark.models("fibers"),
+              pytest.mark.usefixtures("many_descriptors")]
 
 CLIENTS = 1000
 IDLE = 200  # idle clients whose stacks are counted
@@ -23,21 +24,8 @@ PROMPT = 0.5  # seconds: "served promptly" while others stall
 WANTED_FDS = CLIENTS + 512  # ours, with room for the server's
 
 
-@pytest.fixture(autouse=True, scope="module")
-def enough_descriptors():
-    """Room for CLIENTS sockets in this process (the server inherits it)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard >= WANTED_FDS:
-        resource.setrlimit(resource.RLIMIT_NOFILE,
-                           (max(soft, WANTED_FDS), hard))
-    yield
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
 def test_1000_concurrent_keep_alive_clients_are_all_served(server):
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft != resource.RLIM_INFINITY and soft < WANTED_FDS:
-        pytest.skip(f"open-file limit {soft}: {WANTED_FDS} are needed")
+    need_descriptors(WANTED_FDS)
     conns = []
     try:
         # All connect and ask before any answer is read: 1,000 fibers at

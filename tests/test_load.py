@@ -8,8 +8,7 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from rawhttp import (HOST, SMALL_RCVBUF, Connection, assert_prompt, exchange,
-                     get)
+from rawhttp import HOST, assert_prompt, exchange, get, slow_reader
 
 CHUNK = 256 * 1024  # the slow reader takes this much, then naps
 NAP = 0.08  # seconds; 8 MiB / 256 KiB * 0.08 s = about 2.6 s in all
@@ -32,10 +31,7 @@ def read_slowly(conn, size, got):
 
 def test_slow_reader_gets_the_file_while_others_are_served(server, site):
     expected = (site / "public" / "big.bin").read_bytes()
-    with Connection(server.port, timeout=10) as slow, \
-            ThreadPoolExecutor(1) as pool:
-        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_RCVBUF)
-        slow.send(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+    with slow_reader(server.port) as slow, ThreadPoolExecutor(1) as pool:
         head = slow.read_response(head=True)  # just the head; body below
         assert head.status == 200
         assert int(head.headers["Content-Length"]) == len(expected)

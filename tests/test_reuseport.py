@@ -11,7 +11,6 @@ see the loops from outside.
 import os
 import re
 import signal
-import socket
 import threading
 import time
 
@@ -19,8 +18,8 @@ import pytest
 
 from processes import (RedisServer, ServerProcess, free_port, run_to_exit,
                        settled)
-from rawhttp import (SMALL_RCVBUF, Connection, assert_prompt, assert_recovers,
-                     get)
+from rawhttp import (Connection, assert_prompt, assert_recovers, get,
+                     slow_reader)
 
 pytestmark = pytest.mark.models("reuseport")
 
@@ -96,11 +95,7 @@ def test_slow_clients_on_every_loop_delay_no_one(binary, site, redis):
     stalled, halves = [], []
     try:
         for _ in range(SLOW_CLIENTS):
-            conn = Connection(server.port, timeout=10)
-            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF,
-                                 SMALL_RCVBUF)
-            conn.send(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
-            stalled.append(conn)
+            stalled.append(slow_reader(server.port))
             half = Connection(server.port)
             half.send(b"GET / HTTP/1.1\r\nHost: x\r\nAccept: text/")
             halves.append(half)
