@@ -20,7 +20,9 @@
  * breaks first, and what 07_epoll removes.
  *
  * One request's life:
- *   wait_for_events -> listener ready: accept4() until EAGAIN, watch_fd()
+ *   wait_for_events -> listener ready, once a client's first bytes are in
+ *      (TCP_DEFER_ACCEPT): accept4() until EAGAIN, and each new client is
+ *      read at once (a short one is answered and gone before any watch_fd)
  *   -> client readable: recv() into its buffer, resume the parser
  *   -> static: openat2 + send() the head + sendfile(); on EAGAIN ask for
  *      writability and carry on from the saved offsets when it comes
@@ -116,6 +118,7 @@
 #define SERVER_NAME          "poll"
 #define KEEP_ALIVE           true /* an idle client costs a few hundred bytes */
 #define ACCEPT_WAKE_MS       1000 /* how late a stop request may be noticed */
+#define DEFER_ACCEPT_S       1    /* a silent new client is accepted after */
 #define SEND_TIMEOUT_MS      10000 /* a reader that stops reading is dropped */
 #define EMFILE_PAUSE_MS      10    /* out of descriptors, no spare: wait */
 #define MAX_EVENTS           1024  /* ready fds handled per wait */
@@ -432,13 +435,19 @@ static void dispatch(const struct event *ev)
 }
 
 /* server_init() made a blocking listener, as the blocking models want:
- * here it turns non-blocking, the backend starts, and one descriptor is set
- * aside for EMFILE. */
+ * here it turns non-blocking and defers accepting, the backend starts, and
+ * one descriptor is set aside for EMFILE. Deferred (TCP_DEFER_ACCEPT): the
+ * kernel reports a new client only once its first bytes are in, not at
+ * the handshake, so a short connection wakes the loop once, not twice (see
+ * conn_open). A silent client is handed over after DEFER_ACCEPT_S anyway.
+ * Apache defers by default; nginx with `listen ... deferred`. */
 static void loop_init(void)
 {
-    int flags = fcntl(server.listen_fd, F_GETFL);
-    if (flags < 0 || fcntl(server.listen_fd, F_SETFL, flags | O_NONBLOCK) < 0)
-        die("fcntl");
+    int flags = fcntl(server.listen_fd, F_GETFL), defer_s = DEFER_ACCEPT_S;
+    if (flags < 0 || fcntl(server.listen_fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+        setsockopt(server.listen_fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s,
+                   sizeof defer_s) < 0)
+        die("listen socket");
     backend_init();
     loop.now = now_ms();
     loop.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -630,7 +639,12 @@ static void conn_want(struct conn *c, unsigned events)
 }
 
 /* A new client: reading, under the idle timer, with no buffer until its
- * first bytes arrive. (TCP_NODELAY came with it from the listener.) */
+ * first bytes arrive. Accepting was deferred until they had (loop_init),
+ * so it is read at once, as if reported readable: a small request is
+ * answered, and a Connection: close one closed, before the backend ever
+ * hears of the fd. A client still reading is watched now; one writing or
+ * lingering asked already; one waiting for Redis asks when its answer
+ * starts. (TCP_NODELAY came with it from the listener.) */
 static void conn_open(int fd)
 {
     struct conn *c = calloc(1, sizeof *c);
@@ -642,7 +656,9 @@ static void conn_open(int fd)
     c->file = -1;
     http_request_init(&c->req);
     timer_set(c, T_IDLE);
-    conn_want(c, EV_READ);
+    conn_event(c, EV_READ);
+    if (c->state == C_READING)
+        conn_want(c, EV_READ);
 }
 
 /* Ends a connection at once: its fd, file, timer, buffers and its place in

@@ -125,6 +125,7 @@
 #define SERVER_NAME          "io_uring"
 #define KEEP_ALIVE           true /* an idle client costs a few hundred bytes */
 #define ACCEPT_WAKE_MS       1000 /* how late a stop request may be noticed */
+#define DEFER_ACCEPT_S       1    /* a silent new client is accepted after */
 #define SEND_TIMEOUT_MS      10000 /* a reader that stops reading is dropped */
 #define EMFILE_PAUSE_MS      10    /* out of descriptors, no spare: wait */
 #define REDIS_BACKOFF_MS     100   /* first reconnect delay, then doubled */
@@ -505,12 +506,16 @@ static void dispatch(const struct io_uring_cqe *cqe)
 }
 
 /* server_init() made a blocking listener, as the blocking models want: it
- * turns non-blocking for shed_client's accept4(); one descriptor is set
- * aside for EMFILE. */
+ * turns non-blocking for shed_client's accept4(), and defers accepting as
+ * in 07 (TCP_DEFER_ACCEPT): an accept completes once the client's first
+ * bytes are in, so the recv queued behind it completes as it is submitted,
+ * in the same loop turn. One descriptor is set aside for EMFILE. */
 static void loop_init(void)
 {
-    int flags = fcntl(server.listen_fd, F_GETFL);
-    if (flags < 0 || fcntl(server.listen_fd, F_SETFL, flags | O_NONBLOCK) < 0)
+    int flags = fcntl(server.listen_fd, F_GETFL), defer_s = DEFER_ACCEPT_S;
+    if (flags < 0 || fcntl(server.listen_fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+        setsockopt(server.listen_fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s,
+                   sizeof defer_s) < 0)
         die("listen socket");
     loop.now = now_ms();
     loop.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);

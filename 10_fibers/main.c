@@ -137,6 +137,7 @@
 #define SERVER_NAME          "fibers"
 #define KEEP_ALIVE           true  /* a parked client costs its stack */
 #define ACCEPT_WAKE_MS       1000  /* how late a stop request may be noticed */
+#define DEFER_ACCEPT_S       1     /* a silent new client is accepted after */
 #define SEND_TIMEOUT_MS      10000 /* a reader that stops reading is dropped */
 #define EMFILE_PAUSE_MS      10    /* out of descriptors: wait, then retry */
 #define MAX_EVENTS           1024  /* ready fds handled per wait */
@@ -492,14 +493,19 @@ static void serve_forever(void)
     }
 }
 
-/* The listener turns non-blocking (the acceptor fiber parks instead), the
- * epoll set starts, and so does the acceptor. */
+/* The listener turns non-blocking (the acceptor fiber parks instead) and
+ * defers accepting as in 07 (TCP_DEFER_ACCEPT): a new client comes with
+ * its first bytes, so its fiber's first wait ends at the next epoll_wait()
+ * without sleeping (10 spends its time on stacks, not on waking: no faster
+ * for it, measured). The epoll set starts, and so does the acceptor. */
 static void loop_init(void)
 {
-    int flags = fcntl(server.listen_fd, F_GETFL);
+    int flags = fcntl(server.listen_fd, F_GETFL), defer_s = DEFER_ACCEPT_S;
     long page = sysconf(_SC_PAGESIZE);
-    if (flags < 0 || fcntl(server.listen_fd, F_SETFL, flags | O_NONBLOCK) < 0)
-        die("fcntl");
+    if (flags < 0 || fcntl(server.listen_fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+        setsockopt(server.listen_fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s,
+                   sizeof defer_s) < 0)
+        die("listen socket");
     loop.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
     if (loop.epoll_fd < 0)
         die("epoll_create1");

@@ -16,6 +16,7 @@ from processes import REQUEST_TIMEOUT
 from rawhttp import Connection, exchange
 
 IDLE_TIMEOUT = 5  # seconds a kept connection may idle between requests
+DEFER_ACCEPT = 1  # event servers: seconds before a silent client reaches them
 
 
 def test_http_1_1_keeps_the_connection(server, site):
@@ -136,24 +137,32 @@ def test_curl_reuses_the_connection(server, site):
         assert lines == ["200", "1", "200", "0"]
 
 
-def test_idle_and_stalled_connections_are_closed(server):
-    # Both clocks run at once to keep the suite short: a kept connection
-    # idling after its response (closed at ~5 s) and a request stalled
-    # after its first bytes (closed at ~10 s).
+def test_idle_silent_and_stalled_connections_are_closed(server):
+    # The clocks run at once to keep the suite short: a kept connection
+    # idling after its response (closed at ~5 s), a client that connects and
+    # never says a word (~5 s; the event servers defer accepting it until
+    # its first bytes, and the kernel hands it over after DEFER_ACCEPT
+    # without them), and a request stalled after its first bytes (~10 s).
     def closed_after(conn, since, allow_data):
         assert conn.wait_closed(REQUEST_TIMEOUT + 5, allow_data=allow_data)
         return time.monotonic() - since
 
-    with Connection(server.port) as stalled, ThreadPoolExecutor(1) as pool:
+    with Connection(server.port) as stalled, ThreadPoolExecutor(2) as pool:
         stalled_since = time.monotonic()
         stalled.send(b"GET / HTTP/1.1\r\nHo")
         stalled_closed = pool.submit(closed_after, stalled, stalled_since, True)
-        # Iterative keeps no connection to idle: it closes after each response.
+        # Iterative keeps no connection to idle: it closes after each response,
+        # and meets the silent one only once the stalled one is gone.
         if server.model != "iterative":
-            with Connection(server.port) as idle:
+            with Connection(server.port) as silent, \
+                    Connection(server.port) as idle:
+                silent_closed = pool.submit(closed_after, silent,
+                                            time.monotonic(), False)
                 idle.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
                 assert idle.read_response().status == 200
                 idle_closed = closed_after(idle, time.monotonic(), False)
                 assert IDLE_TIMEOUT - 2 <= idle_closed <= IDLE_TIMEOUT + 2
+                assert (IDLE_TIMEOUT - 2 <= silent_closed.result()
+                        <= IDLE_TIMEOUT + DEFER_ACCEPT + 2)
         assert (REQUEST_TIMEOUT - 2 <= stalled_closed.result()
                 <= REQUEST_TIMEOUT + 3)

@@ -35,6 +35,7 @@ PROMPT = 0.5  # seconds: "served promptly" while the loop is under strain
 REDIS_TIMEOUT = 1.0  # seconds the servers wait for a Redis reply
 STALLED_READERS = 50
 WARM_UP = 0.5  # seconds of guestbook load before the descriptors are counted
+DEFER_ACCEPT = 1.0  # seconds the kernel holds a silent new client back
 
 
 WANTED_FDS = IDLE_CLIENTS + FD_MARGIN  # per process: ours, and the server's
@@ -84,6 +85,22 @@ def test_10000_idle_keep_alive_connections(server):
     finally:
         for conn in conns:
             conn.close()
+    assert wait_for_fds(server.pid, baseline) <= baseline
+
+
+# ---- a new client ----
+
+def test_a_client_is_accepted_with_its_first_bytes(server):
+    # The listener defers accepting (TCP_DEFER_ACCEPT): a connection whose
+    # handshake is done but that has said nothing costs the server no
+    # descriptor and no wake-up yet; its first bytes bring it in, and it is
+    # answered at once (a 404: no file is opened, so none stays cached).
+    baseline = settled(lambda: fd_count(server.pid), "descriptor count")
+    with Connection(server.port) as quiet:
+        time.sleep(DEFER_ACCEPT / 2)
+        assert fd_count(server.pid) == baseline, "accepted before a word"
+        quiet.send(b"GET /no-such-page HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert quiet.read_response().status == 404
     assert wait_for_fds(server.pid, baseline) <= baseline
 
 
