@@ -158,6 +158,16 @@ def idle_clients(port, count):
             for _ in range(count)]
 
 
+def kept_clients(port, count):
+    """`count` keep-alive clients that have each asked for a small file
+    (answers left unread) and now idle: the server holds and watches every
+    one, under its 5 s idle timeout. An event server (06-10) accepts a
+    client only once its first bytes are in (TCP_DEFER_ACCEPT), so
+    idle_clients' silent ones are not yet its own."""
+    return asking_clients(port, count,
+                          b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+
+
 def zombie_children(pid):
     """Children of pid that have exited and were never reaped."""
     table = process_table()

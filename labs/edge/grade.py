@@ -6,7 +6,7 @@ import socket
 import time
 from pathlib import Path
 
-from grading import (Grader, big_file, get, idle_clients,  # labs/grading.py
+from grading import (Grader, big_file, get, kept_clients,  # labs/grading.py
                      seconds)
 
 PIPELINED = 3000  # HEAD requests in one send: more than one recv() holds
@@ -46,7 +46,7 @@ def responses(sock, count, limit):
 @grader.check(30, "client sockets are watched edge-triggered (EPOLLET)")
 def edge_triggered(lab):
     server = lab.start()
-    clients = idle_clients(server.port, 5)
+    clients = kept_clients(server.port, 5)
     time.sleep(seconds(0.2))
     interest = epoll_interest(server.pid)
     edge = [fd for fd, ev in interest.items() if ev & EPOLLET]

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Grader for the lookup lab (labs/lookup/README.md)."""
 
-from grading import (Grader, build_reference, idle_clients,  # labs/
-                     keepalive_load, raise_open_file_limit, user_ticks)
+from grading import (Grader, build_reference, keepalive_load,  # labs/
+                     kept_clients, raise_open_file_limit, user_ticks)
 
 IDLE = 5000  # idle keep-alive clients beside the busy ones
 REQUESTS = 20000  # keep-alive requests for /, 50 at a time
@@ -13,7 +13,7 @@ grader = Grader("lookup")
 def user_cpu_under_load(lab, binary=None):
     """The server's user CPU (ticks) for REQUESTS with IDLE clients open."""
     server = lab.start(binary=binary)
-    idle = idle_clients(server.port, IDLE)
+    idle = kept_clients(server.port, IDLE)
     before = user_ticks(server.pid)
     keepalive_load(lab, server.port, REQUESTS)
     ticks = user_ticks(server.pid) - before
