@@ -22,6 +22,7 @@ START_TIMEOUT = 10.0  # seconds for a server to print its listening line
 STOP_TIMEOUT = 10.0  # seconds for a server to exit after SIGTERM (ASan is slow)
 CHILD_EXIT_TIMEOUT = 3.0  # seconds for workers to go after their parent
 REQUEST_TIMEOUT = 10  # seconds from a request's first byte to its end
+DEFER_ACCEPT = 1  # event servers: seconds the kernel holds a silent client back
 # The event servers wait before reconnecting to a Redis that failed, from
 # 100 ms doubling up to REDIS_BACKOFF_MAX_MS (2 s), and answer 503 meanwhile.
 # With one loop, its first page served again means its link is back; 09

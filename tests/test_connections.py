@@ -12,11 +12,10 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from processes import REQUEST_TIMEOUT
+from processes import DEFER_ACCEPT, REQUEST_TIMEOUT
 from rawhttp import Connection, exchange
 
 IDLE_TIMEOUT = 5  # seconds a kept connection may idle between requests
-DEFER_ACCEPT = 1  # event servers: seconds before a silent client reaches them
 
 
 def test_http_1_1_keeps_the_connection(server, site):

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from processes import (RedisServer, ServerProcess, fd_count, need_descriptors,
-                       redis_settle, settled, wait_for_fds)
+from processes import (DEFER_ACCEPT, RedisServer, ServerProcess, fd_count,
+                       need_descriptors, redis_settle, settled, wait_for_fds)
 from rawhttp import (HOST, Connection, assert_html_error,
                      assert_prompt, assert_recovers, get, open_asking,
                      slow_reader)
@@ -35,7 +35,6 @@ PROMPT = 0.5  # seconds: "served promptly" while the loop is under strain
 REDIS_TIMEOUT = 1.0  # seconds the servers wait for a Redis reply
 STALLED_READERS = 50
 WARM_UP = 0.5  # seconds of guestbook load before the descriptors are counted
-DEFER_ACCEPT = 1.0  # seconds the kernel holds a silent new client back
 
 
 WANTED_FDS = IDLE_CLIENTS + FD_MARGIN  # per process: ours, and the server's
