@@ -296,16 +296,35 @@ class Grader:
                             "student's main.c")
         parser.add_argument("-v", "--verbose", action="store_true",
                             help="print the traceback of a failed check")
+        parser.add_argument("--only", metavar="CHECK[,CHECK]",
+                            help="run only these checks (their function "
+                            "names): tools/lab check runs a wrong answer's "
+                            "expected failure alone")
+        parser.add_argument("--total", action="store_true",
+                            help="print the lab's total points and exit "
+                            "(BINARY is not run)")
         args = parser.parse_args()
+        checks = self.checks
+        if args.total:
+            print(sum(points for points, _, _ in checks))
+            sys.exit(0)
+        if args.only:
+            names = args.only.split(",")
+            unknown = set(names) - {f.__name__ for _, _, f in checks}
+            if unknown:
+                sys.exit(f"grade: no check named {', '.join(sorted(unknown))}"
+                         f" (checks: "
+                         f"{', '.join(f.__name__ for _, _, f in checks)})")
+            checks = [c for c in checks if c[2].__name__ in names]
         got = total = 0
         print(f"Grading lab {self.lab}: {args.binary}")
-        for points, title, function in self.checks:
+        for points, title, function in checks:
             total += points
             ok, note = self.run_one(function, args)
             got += points if ok else 0
             print(f"  {'PASS' if ok else 'FAIL'} {points if ok else 0:>3}/"
-                  f"{points:<3} {title}" + (f": {note}" if note else ""),
-                  flush=True)
+                  f"{points:<3} {title}" + (f": {note}" if note else "")
+                  + f" [{function.__name__}]", flush=True)
         print(f"Score: {got}/{total}")
         sys.exit(0 if got == total else 1)
 
