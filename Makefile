@@ -20,7 +20,7 @@ LDLIBS_io_uring := -luring
 PORT        ?= 8000
 
 .PHONY: all asan check-sync sync-shared format format-check deps test demo sweep \
-        sweep-full fuzz soak lab grade lab-bin clean
+        sweep-full sweep-table results results-check fuzz soak lab grade lab-bin clean
 all: $(BINS)
 asan: $(ASAN)
 
@@ -64,6 +64,36 @@ sweep: deps
 sweep-full: deps
 	$(MAKE) all
 	py=$$(tools/python matplotlib) && "$$py" loadtest/sweep --no-build
+
+# The full sweep twice, unpinned and then pinned in the article's shape (the
+# server alone on CPU 1; ab, Redis and nginx on CPU 0), each into a folder of
+# stable name that replaces the last one, then `make results`. Every ab run is
+# bounded by the sweep; each sweep as a whole by SWEEP_TABLE_LIMIT (on expiry
+# it stops what it started and keeps what it measured). To try the plumbing:
+# make sweep-table SWEEP_TABLE_ARGS="--quick --servers epoll,iterative"
+SWEEP_TABLE_ARGS  ?=
+SWEEP_TABLE_LIMIT ?= 90m
+PINNED_CPUS       := server=1,client=0,redis=0,nginx=0
+sweep-table: deps
+	$(MAKE) all
+	py=$$(tools/python matplotlib) && \
+	for placement in unpinned pinned; do \
+	    out=loadtest/results/classic-$$placement; \
+	    cpus=; [ $$placement = pinned ] && cpus="--cpus $(PINNED_CPUS)"; \
+	    rm -rf "$$out" && \
+	    timeout --signal=TERM --kill-after=60 $(SWEEP_TABLE_LIMIT) \
+	        "$$py" loadtest/sweep --no-build --out "$$out" $$cpus \
+	        $(SWEEP_TABLE_ARGS) || exit 1; \
+	done
+	$(MAKE) results
+
+# README.md's measured tables, chart links and environment lines, rewritten
+# from the kept result folders (seconds; nothing is measured). `make
+# results-check` only compares (tests/test_results_readme.py does too).
+results:
+	python3 loadtest/results-readme
+results-check:
+	python3 loadtest/results-readme --check
 
 # Fuzz the shared parsers with libFuzzer (fuzz/README.md): each target
 # FUZZ_SECONDS, as many at once as there are CPUs. Not part of `make test`
