@@ -1,0 +1,150 @@
+"""README.md's measured tables come from the kept results, not from hands.
+
+`make results` (loadtest/results-readme) rewrites the regions between
+`<!-- results: NAME begin ... -->` and `<!-- results: NAME end -->` from the
+result folders in loadtest/results/. These tests run the real command on the
+real README and result folders: README.md must be exactly what it writes, a
+figure edited by hand must fail the check, the full sweep pinned must appear
+beside the unpinned one once both folders are kept, and loadtest/results/
+must hold what the documents cite and nothing else.
+"""
+
+import importlib.machinery
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+
+from processes import REPO
+
+TOOL = REPO / "loadtest" / "results-readme"
+RESULTS = REPO / "loadtest" / "results"
+TOOL_TIMEOUT = 60  # seconds; it reads a few CSV files and measures nothing
+CITATION = re.compile(r"loadtest/results/([A-Za-z0-9._-]+)")
+
+
+def results_readme(*options):
+    return subprocess.run([sys.executable, str(TOOL), *options], cwd=REPO,
+                          capture_output=True, text=True, timeout=TOOL_TIMEOUT)
+
+
+def region(text, name):
+    """The lines between a region's markers."""
+    found = re.search(rf"<!-- results: {name} begin\b.*?-->\n(.*?)"
+                      rf"<!-- results: {name} end -->", text, re.DOTALL)
+    assert found, f"no region {name}"
+    return found[1]
+
+
+def median_table(results_md):
+    """The table of medians a sweep wrote into its results.md when it ran."""
+    text = results_md.read_text().split("## Requests per second\n\n", 1)[1]
+    return text.split("\n\n", 1)[0]
+
+
+def rows(table):
+    """{concurrency: [cells]} and the header of a Markdown table."""
+    lines = [[c.strip() for c in line.strip("|").split("|")]
+             for line in table.splitlines() if line.startswith("|")]
+    return lines[0], {line[0]: line[1:] for line in lines[2:]}
+
+
+def test_readme_is_what_make_results_writes():
+    done = subprocess.run(["make", "-s", "results-check"], cwd=REPO,
+                          capture_output=True, text=True,
+                          timeout=TOOL_TIMEOUT)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_figure_edited_by_hand_fails_the_check(tmp_path):
+    readme = tmp_path / "README.md"
+    text = (REPO / "README.md").read_text()
+    classic = region(text, "classic")
+    _, table = rows(median_table(RESULTS / classic_folder(text)
+                                      / "results.md"))
+    figure = next(cell for cell in table[next(iter(table))]
+                  if cell[:1].isdigit())
+    edited = classic.replace(f" {figure} |", f" {figure}0 |", 1)
+    assert edited != classic
+    readme.write_text(text.replace(classic, edited))
+    done = results_readme("--check", "--readme", str(readme))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f" {figure}0 |" in done.stdout and "make results" in done.stdout
+    # --check wrote nothing; without it the figure is put back
+    assert readme.read_text() != text
+    assert results_readme("--readme", str(readme)).returncode == 0
+    assert readme.read_text() == text
+
+
+def test_prose_outside_the_regions_stays_hand_written(tmp_path):
+    readme = tmp_path / "README.md"
+    text = (REPO / "README.md").read_text().replace(
+        "What it shows:", "What it shows (edited by hand):", 1)
+    readme.write_text(text)
+    done = results_readme("--check", "--readme", str(readme))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def classic_folder(text):
+    begin = re.search(r"<!-- results: classic begin: .* from "
+                      r"loadtest/results/([\w.-]+);", text)
+    assert begin, "the classic region's begin marker names no folder"
+    return begin[1]
+
+
+def test_pinned_beside_unpinned_once_both_are_kept(tmp_path):
+    """Kept quick rounds stand in for what `make sweep-table` writes: the
+    classic region switches to the unpinned sweep and the pinned region
+    shows each cell as unpinned → pinned, as the two results.md say."""
+    results = tmp_path / "results"
+    results.mkdir()
+    for entry in RESULTS.iterdir():
+        (results / entry.name).symlink_to(entry)
+    unpinned, pinned = (RESULTS / "2026-11-23-quick-unpinned-1",
+                        RESULTS / "2026-11-23-quick-pinned-1")
+    (results / "classic-unpinned").symlink_to(unpinned)
+    (results / "classic-pinned").symlink_to(pinned)
+    readme = tmp_path / "README.md"
+    shutil.copy(REPO / "README.md", readme)
+    done = results_readme("--readme", str(readme), "--results", str(results))
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = readme.read_text()
+    assert classic_folder(text) == "classic-unpinned"
+    assert median_table(unpinned / "results.md") in region(text, "classic")
+    shown = region(text, "classic-pinned")
+    for name in ("classic-unpinned", "classic-pinned"):
+        assert f"(loadtest/results/{name}/chart.png)" in shown
+    assert "CPU 1 (taskset -c)" in shown  # the pinned sweep's placement
+    header, before = rows(median_table(unpinned / "results.md"))
+    _, after = rows(median_table(pinned / "results.md"))
+    compared = shown.split("unpinned → pinned**:\n\n", 1)[1]
+    got_header, got = rows(compared.split("\n\n", 1)[0])
+    assert got_header == header
+    assert got == {c: [f"{b} → {a}" for b, a in zip(before[c], after[c])]
+                   for c in before}
+
+
+def load_tool():
+    loader = importlib.machinery.SourceFileLoader("results_readme", str(TOOL))
+    spec = importlib.util.spec_from_loader("results_readme", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_results_holds_what_the_documents_cite():
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True,
+        check=True, timeout=TOOL_TIMEOUT).stdout.split("\0")
+    kept = {path.split("/")[2] for path in tracked
+            if path.startswith("loadtest/results/")}
+    documents = [path for path in tracked if path.endswith(".md")
+                 and not path.startswith("loadtest/results/")]
+    cited = {name for path in documents
+             for name in CITATION.findall((REPO / path).read_text())}
+    tool = load_tool()
+    planned = {tool.CLASSIC_UNPINNED, tool.CLASSIC_PINNED}  # sweep-table's
+    assert kept, "no kept results"
+    assert sorted(kept - cited) == [], "kept but cited by no document"
+    assert sorted(cited - kept - planned) == [], "cited but not kept"
