@@ -99,12 +99,14 @@ def test_pinned_beside_unpinned_once_both_are_kept(tmp_path):
     shows each cell as unpinned → pinned, as the two results.md say."""
     results = tmp_path / "results"
     results.mkdir()
+    stand_ins = {"classic-unpinned": RESULTS / "2026-11-23-quick-unpinned-1",
+                 "classic-pinned": RESULTS / "2026-11-23-quick-pinned-1"}
     for entry in RESULTS.iterdir():
-        (results / entry.name).symlink_to(entry)
-    unpinned, pinned = (RESULTS / "2026-11-23-quick-unpinned-1",
-                        RESULTS / "2026-11-23-quick-pinned-1")
-    (results / "classic-unpinned").symlink_to(unpinned)
-    (results / "classic-pinned").symlink_to(pinned)
+        if entry.name not in stand_ins:  # a real sweep-table run's, if any
+            (results / entry.name).symlink_to(entry)
+    for name, folder in stand_ins.items():
+        (results / name).symlink_to(folder)
+    unpinned, pinned = stand_ins.values()
     readme = tmp_path / "README.md"
     shutil.copy(REPO / "README.md", readme)
     done = results_readme("--readme", str(readme), "--results", str(results))
