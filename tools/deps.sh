@@ -42,6 +42,10 @@ if [[ ${#missing[@]} -gt 0 ]]; then
         --no-install-recommends "${missing[@]}"
 fi
 
+# --labs: the Debian packages only. Graders need nothing from PyPI, so
+# `make grade` never reaches for the network (nor prints) once apt's are in.
+[[ ${1:-} == --labs ]] && exit 0
+
 imports=$(printf 'import %s;' "${PYPI[@]}")
 if ! "$VENV/bin/python" -c "$imports" 2>/dev/null; then
     echo "deps: installing ${PYPI[*]} into $VENV"
