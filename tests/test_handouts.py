@@ -12,9 +12,12 @@ Run: python3 -m pytest tests/test_handouts.py -v
 """
 
 import concurrent.futures
+import re
 import subprocess
 import sys
+import uuid
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -29,9 +32,10 @@ AT_ONCE = 2
 LAB_TIMEOUT = 900
 
 
-def run_blocks(lab):
-    return subprocess.run([sys.executable, str(LAB_TOOL), "blocks", lab],
-                          capture_output=True, text=True, timeout=LAB_TIMEOUT)
+def run_blocks(handout, *options):
+    return subprocess.run([sys.executable, str(LAB_TOOL), "blocks", *options,
+                           str(handout)], capture_output=True, text=True,
+                          timeout=LAB_TIMEOUT)
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +57,63 @@ def test_handout_blocks_run_as_written(runs, lab):
                if ": SKIPPED: " in line]
     if skipped:  # allowed, but said: nobody checks those blocks
         warnings.warn(f"labs/{lab}/README.md: not run: " + "; ".join(skipped))
+
+
+# The runner's own rules, on a handout written for them: block by block,
+# what it must report.
+RULES = """
+```sh
+test $$ = 1                           # its own PIDs: bash is the first
+test "$(ip -o link | wc -l)" = 1      # its own network: loopback alone, up
+python3 -m http.server -b 127.0.0.1 8000 >/dev/null 2>&1 &
+curl -s -o /dev/null --retry 20 --retry-connrefused --retry-delay 0 \\
+     http://127.0.0.1:8000/           # port 8000 is its own
+(exec -a {marker} sleep 300) &        # left running: must end with the block
+test "$EDITOR" = true && test -f labs/grading.py && test ! -e labs/work
+```
+<!-- block: exit=3 -->
+```sh
+exit 3
+```
+
+<!-- block: skip: not for this machine -->
+```sh
+false
+```
+```sh
+false | true                          # pipefail
+```
+```sh
+sleep 30
+```
+"""
+RULES_SAY = [r"ok: exit 0", r"ok: exit 3", r"SKIPPED: not for this machine",
+             r"FAIL: exit 1 .*, expected exit 0",
+             r"FAIL: still running after 3.0 s"]
+
+
+def running_with(marker):
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                found.append(cmdline.parent.name)
+        except OSError:
+            pass  # it ended as we looked
+    return found
+
+
+def test_blocks_runner_keeps_its_rules(tmp_path):
+    marker = f"zerohttpd-block-{uuid.uuid4().hex[:12]}"
+    handout = tmp_path / "rules.md"
+    handout.write_text(RULES.format(marker=marker))
+    done = run_blocks(handout, "--timeout", "3")
+    if done.returncode == CANNOT_ISOLATE:
+        pytest.skip(done.stdout.strip())
+    said = [line for line in done.stdout.splitlines()
+            if line.startswith("  block ")]
+    assert len(said) == len(RULES_SAY), done.stdout + done.stderr
+    for line, wanted in zip(said, RULES_SAY):
+        assert re.search(wanted, line), done.stdout + done.stderr
+    assert done.returncode == 1
+    assert running_with(marker) == []
