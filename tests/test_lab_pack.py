@@ -9,13 +9,12 @@ Run: python3 -m pytest tests/test_lab_pack.py -v
 import os
 import re
 import subprocess
-import sys
 import tarfile
 
 import pytest
 
 from processes import REPO
-from test_handouts import CANNOT_ISOLATE, LAB_TIMEOUT
+from test_handouts import run_blocks
 
 LAB = "zombies"
 TOP = f"{LAB}-lab"
@@ -111,9 +110,5 @@ def test_pack_handout_blocks_run_as_written(tarball, tmp_path):
     """The handout's blocks in the pack as a student has it, ./forking
     prebuilt and no server source: `tools/lab blocks` there."""
     top = unpack(tarball, tmp_path / "x")
-    done = subprocess.run([sys.executable, str(top / "tools" / "lab"),
-                           "blocks", LAB], capture_output=True, text=True,
-                          timeout=LAB_TIMEOUT)
-    if done.returncode == CANNOT_ISOLATE:
-        pytest.skip(done.stdout.strip())
+    done = run_blocks(LAB, tool=top / "tools" / "lab")
     assert done.returncode == 0, done.stdout + done.stderr
