@@ -20,7 +20,8 @@ LDLIBS_io_uring := -luring
 PORT        ?= 8000
 
 .PHONY: all asan check-sync sync-shared format format-check deps test demo sweep \
-        sweep-full sweep-table results results-check fuzz soak lab grade lab-bin clean
+        sweep-full sweep-table results results-check fuzz soak lab grade \
+        handout lab-bin clean
 all: $(BINS)
 asan: $(ASAN)
 
@@ -112,17 +113,26 @@ soak: deps
 
 # Labs (labs/README.md): `make lab LAB=zombies` writes the starter into
 # labs/work/zombies/; `make grade LAB=zombies [SRC=path/main.c]` builds it and
-# prints the score. lab-bin is how tools/lab builds with the flags above.
+# prints the score, and nothing else once the Debian packages are in (no
+# recipe echoed, nothing from PyPI). `make handout LAB=zombies [OUT=f.tar.gz]`
+# writes the instructor pack. lab-bin is how tools/lab builds with the flags
+# above.
 lab:
 	$(if $(LAB),,$(error usage: make lab LAB=name (tools/lab list)))
-	tools/lab starter $(LAB)
-grade: deps
+	@tools/lab starter $(LAB)
+grade:
 	$(if $(LAB),,$(error usage: make grade LAB=name [SRC=path/main.c]))
-	tools/lab grade $(LAB) $(if $(SRC),--src $(SRC))
+	@tools/deps.sh --labs
+	@tools/lab grade $(LAB) $(if $(SRC),--src $(SRC))
+handout:
+	$(if $(LAB),,$(error usage: make handout LAB=name [OUT=file.tar.gz]))
+	@tools/lab handout $(LAB) $(if $(OUT),--out $(OUT))
 lab-bin:
 	$(CC) $(CFLAGS) -o $(LAB_BIN) $(LAB_SRC) $(LDLIBS) $(LDLIBS_$(LAB_MODEL))
 
+# Only the servers built from a source here: an instructor pack's prebuilt
+# reference has none, and stays.
 clean:
-	rm -f $(SERVERS)
+	rm -f $(BINS)
 	rm -rf asan fuzz/build labs/work .pytest_cache tests/__pycache__ \
 	       loadtest/__pycache__ labs/__pycache__

@@ -209,8 +209,16 @@ def build(src, binary, model):
 
 def build_reference(server_dir, into):
     """The reference server of a lab (e.g. "06_poll"), built with the same
-    flags as the student's, to measure both in one run."""
+    flags as the student's, to measure both in one run. An instructor pack
+    (tools/lab handout) has no reference source, since it is the answer,
+    but the reference prebuilt at its top (./poll): that one, then."""
     model = server_dir.split("_", 1)[1]
+    if not (REPO / server_dir / "main.c").is_file():
+        prebuilt = REPO / model
+        if not prebuilt.is_file():
+            raise RuntimeError(f"neither {server_dir}/main.c nor a prebuilt "
+                               f"./{model} is here to compare with")
+        return prebuilt
     binary = Path(into) / "reference" / model
     ok, said = build(REPO / server_dir / "main.c", binary, model)
     if not ok:
