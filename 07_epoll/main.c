@@ -83,8 +83,17 @@
 #define MAX_HEAD           8192  /* request line + headers, else 431 */
 #define MAX_URI            4096  /* request target, else 414 */
 #define MAX_METHOD         16    /* longer than any method we know */
-/* A POST body, else 413: the worst form a browser sends (18,932 bytes). */
-#define MAX_BODY           (FORM_UNIT_BYTES * (MAX_REMARK + MAX_NAME) + FORM_NAMES_BYTES)
+/* The form rule (DESIGN.md §3): what the browser's form accepts, we accept.
+ * The template's maxlength counts UTF-16 units, never fewer than code
+ * points, so the limits count code points of valid UTF-8 (a line break,
+ * sent as CR LF, is one). The worst form a browser sends spends 9 bytes on
+ * a unit: a 3-byte character percent-encoded, "%E4%B8%80". */
+#define MAX_REMARK       2000 /* code points: the textarea's maxlength */
+#define MAX_NAME         100  /* code points: the name input's maxlength */
+#define FORM_UNIT_BYTES  9    /* on the wire, per UTF-16 unit at worst */
+#define FORM_NAMES_BYTES 32   /* "guest-name=&guest-remarks=", and room */
+#define MAX_BODY              /* POST body, else 413: 18,932 bytes */          \
+    (FORM_UNIT_BYTES * (MAX_REMARK + MAX_NAME) + FORM_NAMES_BYTES)
 #define CONN_BUF_SIZE      (MAX_HEAD + MAX_BODY) /* one whole request fits */
 #define IDLE_TIMEOUT_MS    5000        /* keep-alive wait between requests */
 #define REQUEST_TIMEOUT_MS 10000       /* first byte to last byte of one */
@@ -98,22 +107,13 @@
 #define RESP_MAX_DEPTH     4         /* nested arrays we follow */
 #define RESP_MAX_ITEMS     128       /* strings in one reply */
 #define GUESTBOOK_SHOWN    "100"     /* newest remarks on the page */
-/* The form rule (DESIGN.md §3): what the browser's form accepts, we accept.
- * The template's maxlength counts UTF-16 units, never fewer than code
- * points, so the limits count code points of valid UTF-8 (a line break,
- * sent as CR LF, is one). The worst form a browser sends spends 9 bytes on
- * a unit: a 3-byte character percent-encoded, "%E4%B8%80". */
-#define MAX_REMARK       2000 /* code points: the textarea's maxlength */
-#define MAX_NAME         100  /* code points: the name input's maxlength */
-#define FORM_UNIT_BYTES  9    /* on the wire, per UTF-16 unit at worst */
-#define FORM_NAMES_BYTES 32   /* "guest-name=&guest-remarks=", and room */
-#define PUBLIC_DIR       "public"
-#define TEMPLATE_PATH    "templates/guestbook/index.html"
-#define TEMPLATE_MAX     (256 * 1024) /* refuse a runaway template */
-#define STATUS_CLASSES   6            /* 1xx..5xx, index by status / 100 */
-#define HTTP_DATE_SIZE   40  /* "Sun, 06 Nov 1994 08:49:37 GMT" and room */
-#define ETAG_SIZE        64  /* three 64-bit numbers in hex, quoted */
-#define HEAD_ROOM        512 /* bytes reserved for a response head */
+#define PUBLIC_DIR         "public"
+#define TEMPLATE_PATH      "templates/guestbook/index.html"
+#define TEMPLATE_MAX       (256 * 1024) /* refuse a runaway template */
+#define STATUS_CLASSES     6            /* 1xx..5xx, index by status / 100 */
+#define HTTP_DATE_SIZE     40  /* "Sun, 06 Nov 1994 08:49:37 GMT" and room */
+#define ETAG_SIZE          64  /* three 64-bit numbers in hex, quoted */
+#define HEAD_ROOM          512 /* bytes reserved for a response head */
 /* The interim answer to Expect: 100-continue (RFC 9110 §10.1.1). */
 #define CONTINUE_LINE "HTTP/1.1 100 Continue\r\n\r\n"
 /* The guestbook changes with every visit: no cache may keep it. */

@@ -26,8 +26,8 @@ import tempfile
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's packages: chromium, chromium-driver
@@ -68,12 +68,14 @@ def fill_and_sign(driver, url, name, remark, force):
         type_into(driver, remark_field, remark)
     typed = driver.execute_script("return arguments[0].value.length;",
                                   remark_field)
+    # A mark on this page's window: gone once the next page has loaded.
+    # Mid-navigation the driver may fail a call outright: wait through it.
+    driver.execute_script("window.signing = true;")
     driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    WebDriverWait(driver, PAGE_TIMEOUT).until(
-        expected_conditions.staleness_of(remark_field))
-    WebDriverWait(driver, PAGE_TIMEOUT).until(
-        lambda d: d.execute_script("return document.readyState;")
-        == "complete")
+    WebDriverWait(driver, PAGE_TIMEOUT,
+                  ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script(
+            "return !window.signing && document.readyState === 'complete';"))
     shown = driver.execute_script(
         "const m = document.querySelector('.form-message');"
         "return {name: document.getElementById('guest-name').value,"
