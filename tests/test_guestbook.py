@@ -1,4 +1,8 @@
-"""The Redis-backed guestbook: rendering, counting, posting, limits.
+"""The Redis-backed guestbook: rendering, counting, posting, limits, and
+the form rule (DESIGN.md §3): what the form accepts is stored, counted in
+characters as its maxlength counts them, and a refused form comes back as
+the page with a message and the visitor's text (tests/test_browser.py shows
+the same in a real browser).
 
 The session's Redis is shared by every test and every server, so tests tag
 their remarks with a unique token and compare counts instead of expecting
