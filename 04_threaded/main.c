@@ -57,7 +57,17 @@
 #define MAX_HEAD           8192  /* request line + headers, else 431 */
 #define MAX_URI            4096  /* request target, else 414 */
 #define MAX_METHOD         16    /* longer than any method we know */
-#define MAX_BODY           16384 /* POST body, else 413 */
+/* The form rule (DESIGN.md §3): what the browser's form accepts, we accept.
+ * The template's maxlength counts UTF-16 units, never fewer than code
+ * points, so the limits count code points of valid UTF-8 (a line break,
+ * sent as CR LF, is one). The worst form a browser sends spends 9 bytes on
+ * a unit: a 3-byte character percent-encoded, "%E4%B8%80". */
+#define MAX_REMARK       2000 /* code points: the textarea's maxlength */
+#define MAX_NAME         100  /* code points: the name input's maxlength */
+#define FORM_UNIT_BYTES  9    /* on the wire, per UTF-16 unit at worst */
+#define FORM_NAMES_BYTES 32   /* "guest-name=&guest-remarks=", and room */
+#define MAX_BODY              /* POST body, else 413: 18,932 bytes */          \
+    (FORM_UNIT_BYTES * (MAX_REMARK + MAX_NAME) + FORM_NAMES_BYTES)
 #define CONN_BUF_SIZE      (MAX_HEAD + MAX_BODY) /* one whole request fits */
 #define IDLE_TIMEOUT_MS    5000        /* keep-alive wait between requests */
 #define REQUEST_TIMEOUT_MS 10000       /* first byte to last byte of one */
@@ -71,8 +81,6 @@
 #define RESP_MAX_DEPTH     4         /* nested arrays we follow */
 #define RESP_MAX_ITEMS     128       /* strings in one reply */
 #define GUESTBOOK_SHOWN    "100"     /* newest remarks on the page */
-#define MAX_REMARK         2000      /* bytes after decoding, else 400 */
-#define MAX_NAME           100       /* bytes after decoding, else 400 */
 #define PUBLIC_DIR         "public"
 #define TEMPLATE_PATH      "templates/guestbook/index.html"
 #define TEMPLATE_MAX       (256 * 1024) /* refuse a runaway template */
@@ -228,12 +236,15 @@ static enum route route_request(struct http_request *r, const char *buf,
                                 char *path, size_t size);
 static int expect_answer(struct http_request *r, const char *buf);
 
-/* A response: the head, a whole error page or redirect, the count. */
+/* A response: the head, a whole error page (for a refused form, the
+ * guestbook page again) or redirect, the count. */
 static bool format_head(struct strbuf *out, const struct http_request *r,
                         int status, const char *type, size_t length,
                         const char *extra);
 static bool format_error(struct strbuf *out, const struct http_request *r,
                          int status, const char *extra);
+static bool format_refusal(struct strbuf *out, const struct http_request *r,
+                           const char *buf, int status, const char *extra);
 static void slash_location(const struct http_request *r, const char *buf,
                            char *out, size_t size);
 static void count_response(const struct http_request *r, const char *buf,
@@ -251,7 +262,7 @@ static bool resp_format(struct strbuf *out, int argc, const char *const argv[]);
 static enum parse_result resp_parse(struct resp_reply *r, const char *buf,
                                     size_t len);
 static bool parse_integer(const char *s, const char *end, long long *out);
-static int guest_entry(const char *body, size_t len, char *entry, size_t size);
+static int guest_entry(const char *body, size_t len, struct strbuf *entry);
 static bool render_remarks(struct strbuf *out, const char *buf,
                            const struct resp_reply *r);
 static bool render_page(struct strbuf *out, const struct strbuf *remarks,
@@ -485,22 +496,23 @@ static bool serve_guestbook(struct conn *c)
 /* POST: store the remark, then send the browser back to the page. */
 static bool post_guestbook(struct conn *c)
 {
-    char entry[MAX_NAME + MAX_REMARK + 32];
-    int status =
-        guest_entry(c->buf + c->req.body, (size_t)c->req.content_length, entry,
-                    sizeof entry);
-    const char *rpush[] = {"RPUSH", "guestbook:remarks", entry};
+    struct strbuf entry = {0};
+    int status = guest_entry(c->buf + c->req.body,
+                             (size_t)c->req.content_length, &entry);
+    const char *rpush[] = {"RPUSH", "guestbook:remarks", entry.data};
     if (status == 0 &&
         (!redis_command(c->redis, 3, rpush) || c->redis->reply.type != ':'))
         status = 503;
+    sb_free(&entry);
     return respond_error(c, status ? status : 303,
                          status ? NULL : POSTED_HEADERS);
 }
 
+/* An error page (a refused form: the guestbook page again) or a redirect. */
 static bool respond_error(struct conn *c, int status, const char *extra)
 {
     c->out.len = 0;
-    return format_error(&c->out, &c->req, status, extra) &&
+    return format_refusal(&c->out, &c->req, c->buf, status, extra) &&
            send_response(c, status, -1, 0, 0);
 }
 
@@ -1652,38 +1664,126 @@ static bool html_escape(struct strbuf *out, const char *s, size_t len)
     return sb_append(out, s + plain, len - plain);
 }
 
-/* Finds `name` in an x-www-form-urlencoded body and decodes its value into
- * out (size max + 1). A missing field is empty. Returns the length, -1 for a
- * malformed value, -2 when longer than max. */
-static long form_field(const char *body, size_t len, const char *name,
-                       char *out, size_t max)
+/* Code points in s, counted as the form's maxlength counts them: a line
+ * break, which the browser sends as CR LF, is one. -1 when s is not valid
+ * UTF-8: a stray continuation byte, a sequence cut short or overlong, a
+ * surrogate, or a value past U+10FFFF. */
+static long utf8_chars(const char *s, size_t len)
+{
+    static const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    long chars = 0;
+    for (size_t i = 0; i < len; chars++) {
+        unsigned char c = (unsigned char)s[i];
+        size_t n = c < 0x80   ? 1
+                   : c < 0xc2 ? 0
+                   : c < 0xe0 ? 2
+                   : c < 0xf0 ? 3
+                   : c < 0xf5 ? 4
+                              : 0;
+        if (n == 0 || n > len - i)
+            return -1;
+        uint32_t cp = n == 1 ? c : c & (0x7fu >> n);
+        for (size_t k = 1; k < n; k++) {
+            if (((unsigned char)s[i + k] & 0xc0) != 0x80)
+                return -1;
+            cp = cp << 6 | ((unsigned char)s[i + k] & 0x3f);
+        }
+        if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return -1;
+        i += c == '\r' && i + 1 < len && s[i + 1] == '\n' ? 2 : n;
+    }
+    return chars;
+}
+
+/* Finds `name` in an x-www-form-urlencoded body: its value, still encoded,
+ * in *value and *vlen (empty when the field is missing). */
+static void form_value(const char *body, size_t len, const char *name,
+                       const char **value, size_t *vlen)
 {
     size_t name_len = strlen(name);
-    out[0] = '\0';
+    *value = body;
+    *vlen = 0;
     for (size_t i = 0; i < len;) {
         const char *pair = body + i, *amp = memchr(pair, '&', len - i);
         size_t pair_len = amp ? (size_t)(amp - pair) : len - i;
         if (pair_len > name_len && pair[name_len] == '=' &&
-            memcmp(pair, name, name_len) == 0)
-            return url_decode(pair + name_len + 1, pair_len - name_len - 1, out,
-                              max + 1, true);
+            memcmp(pair, name, name_len) == 0) {
+            *value = pair + name_len + 1;
+            *vlen = pair_len - name_len - 1;
+            return;
+        }
         i += pair_len + 1;
     }
-    return 0;
+}
+
+/* Why a form is refused; form_message() says it to the visitor. */
+enum form_fault {
+    FORM_OK,
+    FORM_NO_MEMORY,
+    FORM_ENCODING, /* a bad %-escape, a %00, or not UTF-8 */
+    FORM_EMPTY,
+    FORM_LONG_NAME,
+    FORM_LONG_REMARK
+};
+
+/* Field `name` of the body, decoded into out (NUL-terminated). Decoding
+ * never lengthens, so the encoded length bounds the room it needs. */
+static enum form_fault form_field(const char *body, size_t len,
+                                  const char *name, struct strbuf *out)
+{
+    const char *value;
+    size_t vlen;
+    form_value(body, len, name, &value, &vlen);
+    out->len = 0;
+    if (!sb_reserve(out, vlen + 1))
+        return FORM_NO_MEMORY;
+    long n = url_decode(value, vlen, out->data, vlen + 1, true);
+    if (n < 0)
+        return FORM_ENCODING;
+    out->len = (size_t)n;
+    return FORM_OK;
+}
+
+/* The form rule: both fields decode to valid UTF-8 within their limits (in
+ * code points, as the template's maxlength), and the remark is not empty.
+ * Within its limit a field is at most 4 bytes a code point, decoded. */
+static enum form_fault form_check(const char *body, size_t len,
+                                  struct strbuf *name, struct strbuf *remark)
+{
+    enum form_fault f = form_field(body, len, "guest-name", name);
+    if (f == FORM_OK)
+        f = form_field(body, len, "guest-remarks", remark);
+    if (f != FORM_OK)
+        return f;
+    long nchars = utf8_chars(name->data, name->len);
+    long rchars = utf8_chars(remark->data, remark->len);
+    return nchars < 0 || rchars < 0 ? FORM_ENCODING
+           : rchars == 0            ? FORM_EMPTY
+           : nchars > MAX_NAME      ? FORM_LONG_NAME
+           : rchars > MAX_REMARK    ? FORM_LONG_REMARK
+                                    : FORM_OK;
 }
 
 /* A POST body to the one Redis list element it becomes, "<name length>:"
- * then name then remark, so neither can be confused with the other. Returns
- * 0 or an HTTP status. */
-static int guest_entry(const char *body, size_t len, char *entry, size_t size)
+ * then name then remark (NUL-terminated), so neither can be confused with
+ * the other. Returns 0 or an HTTP status: 400 when the form rule refuses
+ * it (format_refusal then says why). */
+static int guest_entry(const char *body, size_t len, struct strbuf *entry)
 {
-    char name[MAX_NAME + 1], remark[MAX_REMARK + 1];
-    long nlen = form_field(body, len, "guest-name", name, MAX_NAME);
-    long rlen = form_field(body, len, "guest-remarks", remark, MAX_REMARK);
-    if (nlen < 0 || rlen <= 0)
-        return 400; /* bad escape, too long, or an empty remark */
-    int n = snprintf(entry, size, "%ld:%s%s", nlen, name, remark);
-    return n < 0 || (size_t)n >= size ? 500 : 0;
+    struct strbuf name = {0}, remark = {0};
+    enum form_fault f = form_check(body, len, &name, &remark);
+    entry->len = 0;
+    bool ok = f == FORM_OK && sb_printf(entry, "%zu:", name.len) &&
+              sb_append(entry, name.data, name.len) &&
+              sb_append(entry, remark.data, remark.len + 1); /* its NUL */
+    sb_free(&name);
+    sb_free(&remark);
+    if (f != FORM_OK && f != FORM_NO_MEMORY)
+        return 400;
+    if (!ok)
+        return 500;
+    entry->len--; /* the NUL stays, past the end */
+    return 0;
 }
 
 /* One stored entry as a page paragraph, escaped. An element that is not in
@@ -1731,13 +1831,24 @@ static void format_count(long long n, char *out, size_t size)
     out[o] = '\0';
 }
 
-/* The template with its two placeholders filled in. */
-static bool render_page(struct strbuf *out, const struct strbuf *remarks,
-                        long long visitors)
+/* The template's placeholders, each filled by the text at its index. */
+enum fill {
+    FILL_REMARKS,
+    FILL_COUNT,
+    FILL_MESSAGE,
+    FILL_NAME,
+    FILL_REMARK,
+    FILLS
+};
+static const char *const placeholders[FILLS] = {
+    "$GUEST_REMARKS$", "$VISITOR_COUNT$", "$FORM_MESSAGE$", "$FORM_NAME$",
+    "$FORM_REMARK$"};
+
+/* The template, left to right, each placeholder replaced by its fill (NULL:
+ * by nothing). A '$' that starts no placeholder stays as it is. */
+static bool fill_template(struct strbuf *out,
+                          const struct strbuf *const fill[FILLS])
 {
-    static const char rem[] = "$GUEST_REMARKS$", vis[] = "$VISITOR_COUNT$";
-    char count[40];
-    format_count(visitors, count, sizeof count);
     const char *t = server.template, *end = t + server.template_len;
     while (t < end) {
         const char *dollar = memchr(t, '$', (size_t)(end - t));
@@ -1745,24 +1856,137 @@ static bool render_page(struct strbuf *out, const struct strbuf *remarks,
             return sb_append(out, t, (size_t)(end - t));
         if (!sb_append(out, t, (size_t)(dollar - t)))
             return false;
-        size_t left = (size_t)(end - dollar);
-        bool ok;
-        if (left >= sizeof rem - 1 &&
-            memcmp(dollar, rem, sizeof rem - 1) == 0) {
-            ok = sb_append(out, remarks->data, remarks->len);
-            t = dollar + sizeof rem - 1;
-        } else if (left >= sizeof vis - 1 &&
-                   memcmp(dollar, vis, sizeof vis - 1) == 0) {
-            ok = sb_puts(out, count);
-            t = dollar + sizeof vis - 1;
-        } else {
-            ok = sb_append(out, "$", 1);
-            t = dollar + 1;
+        size_t left = (size_t)(end - dollar), k = 0, n = 0;
+        for (; k < FILLS; k++) {
+            n = strlen(placeholders[k]);
+            if (left >= n && memcmp(dollar, placeholders[k], n) == 0)
+                break;
         }
+        bool ok = k == FILLS ? sb_append(out, "$", 1)
+                  : fill[k]  ? sb_append(out, fill[k]->data, fill[k]->len)
+                             : true;
         if (!ok)
             return false;
+        t = dollar + (k == FILLS ? 1 : n);
     }
     return true;
+}
+
+/* The page: the remarks, the count, and an empty form. */
+static bool render_page(struct strbuf *out, const struct strbuf *remarks,
+                        long long visitors)
+{
+    char count[40];
+    format_count(visitors, count, sizeof count);
+    const struct strbuf shown = {count, strlen(count), sizeof count};
+    const struct strbuf *const fill[FILLS] = {remarks, &shown};
+    return fill_template(out, fill);
+}
+
+/* A field as the visitor sent it, escaped for the page: decoded, or as it
+ * came if it does not decode, so that nothing typed is lost. */
+static bool form_kept(struct strbuf *out, const char *body, size_t len,
+                      const char *name)
+{
+    struct strbuf text = {0};
+    const char *value;
+    size_t vlen;
+    form_value(body, len, name, &value, &vlen);
+    enum form_fault f = form_field(body, len, name, &text);
+    bool ok = f != FORM_NO_MEMORY &&
+              (f == FORM_OK ? html_escape(out, text.data, text.len)
+                            : html_escape(out, value, vlen));
+    sb_free(&text);
+    return ok;
+}
+
+/* What a refused form's page says: what was wrong, and that nothing was
+ * saved. f: the form rule's verdict, for a 400. */
+static bool form_message(struct strbuf *out, const struct http_request *r,
+                         int status, enum form_fault f)
+{
+    char limit[16];
+    format_count(status == 413         ? MAX_BODY
+                 : f == FORM_LONG_NAME ? MAX_NAME
+                                       : MAX_REMARK,
+                 limit, sizeof limit);
+    bool ok = sb_puts(out, "<p class=\"form-message\" role=\"alert\">");
+    if (status == 503 && r->method != METHOD_POST)
+        ok = ok && sb_puts(out, "The guestbook cannot reach its storage just "
+                                "now: no remarks to show, and none can be "
+                                "saved. Please try again in a moment.");
+    else if (status == 503)
+        ok = ok && sb_puts(out, "The guestbook cannot reach its storage just "
+                                "now, so your remark was not saved. It is "
+                                "still below: sign again in a moment.");
+    else if (status == 413)
+        ok = ok && sb_printf(out,
+                             "The form sent was over %s bytes, more than this "
+                             "page ever sends, so nothing was saved.",
+                             limit);
+    else if (f == FORM_LONG_NAME || f == FORM_LONG_REMARK)
+        ok = ok && sb_printf(out,
+                             "Your %s is longer than %s characters, so it "
+                             "was not saved: shorten it, then sign again.",
+                             f == FORM_LONG_NAME ? "name" : "remark", limit);
+    else if (f == FORM_EMPTY)
+        ok = ok && sb_puts(out, "Your remark is empty: write one, then sign.");
+    else
+        ok = ok && sb_puts(out, "Your form was not valid UTF-8 text, so it "
+                                "was not saved.");
+    return ok && sb_puts(out, "</p>\n");
+}
+
+/* The page for a refused form: its message, the fields as the visitor sent
+ * them (body NULL: none came), and no remarks or count. Redis is not asked:
+ * it may be why the form was refused. */
+static bool format_form_page(struct strbuf *out, const struct http_request *r,
+                             const char *body, size_t len, int status)
+{
+    static char uncounted[] = "not counted on this page";
+    struct strbuf name = {0}, remark = {0}, message = {0}, page = {0};
+    enum form_fault f = FORM_OK;
+    if (body) /* why: the rule again, on the same bytes as guest_entry */
+        f = form_check(body, len, &name, &remark);
+    name.len = remark.len = 0;
+    const struct strbuf count = {uncounted, sizeof uncounted - 1, 0};
+    const struct strbuf *const fill[FILLS] = {NULL, &count, &message, &name,
+                                              &remark};
+    bool ok = form_message(&message, r, status, f) &&
+              (!body || (form_kept(&name, body, len, "guest-name") &&
+                         form_kept(&remark, body, len, "guest-remarks"))) &&
+              fill_template(&page, fill) &&
+              format_head(out, r, status, "text/html; charset=utf-8", page.len,
+                          PAGE_HEADERS) &&
+              (r->method == METHOD_HEAD || sb_append(out, page.data, page.len));
+    sb_free(&name);
+    sb_free(&remark);
+    sb_free(&message);
+    sb_free(&page);
+    return ok;
+}
+
+/* An error's answer. A form POST to /guestbook refused by the form rule
+ * (400 once its body is in), as too large (413) or for want of Redis (503),
+ * and a page Redis cannot fill (503), answer the guestbook page again with
+ * a message and the visitor's text (the form rule: typed text is never
+ * lost); anything else gets format_error's small page. */
+static bool format_refusal(struct strbuf *out, const struct http_request *r,
+                           const char *buf, int status, const char *extra)
+{
+    struct http_request probe = *r; /* route_request notes its errors */
+    char path[MAX_URI + sizeof "index.html"];
+    enum route route = ROUTE_ERROR;
+    if (buf && server.template && r->uri_len > 0 &&
+        (status == 413 || status == 503 ||
+         (status == 400 && r->state == S_DONE)))
+        route = route_request(&probe, buf, path, sizeof path);
+    if (route == ROUTE_POST)
+        return format_form_page(out, r, status == 413 ? NULL : buf + r->body,
+                                (size_t)r->content_length, status);
+    if (route == ROUTE_PAGE && status == 503)
+        return format_form_page(out, r, NULL, 0, status);
+    return format_error(out, r, status, extra);
 }
 /* ---- end shared: guestbook ---- */
 

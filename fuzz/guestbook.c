@@ -1,18 +1,21 @@
 /*
  * Fuzz target: the guestbook's pure parts (shared block guestbook:
- * html_escape, form_field, guest_entry, render_entry, format_count,
- * render_page).
+ * html_escape, utf8_chars, form_field, guest_entry, format_form_page,
+ * render_entry, format_count, render_page).
  *
- * The input is used whole, five ways:
+ * The input is used whole, six ways:
  *  - as text to escape: the output holds no raw < > " ' and every & starts
  *    one of the five entities; unescaping it gives the input back;
  *  - as a POST body: form_field and guest_entry agree with a reference
- *    decoder (buffers of exact size, so an overflow is reported), and a
- *    stored entry renders back to its escaped name and remark;
+ *    decoder and a reference UTF-8 reader (Unicode's Table 3-7) under the
+ *    form rule (code points, CR LF as one), and a stored entry renders
+ *    back to its escaped name and remark;
+ *  - as a refused form's body: the page (format_form_page) keeps both
+ *    fields, escaped, decoded or as sent;
  *  - as a stored Redis element: render_entry matches the documented
  *    "<name length>:<name><remark>" reading, escaped;
  *  - as the page template (the global server.template): render_page fills
- *    both placeholders as a plain left-to-right substitution would;
+ *    the placeholders as a plain left-to-right substitution would;
  *  - its first 8 bytes as a visitor count: format_count groups digits by 3.
  */
 #define main zerohttpd_main
@@ -75,9 +78,9 @@ static void check_html_escape(const char *s, size_t len)
 }
 
 /* form_field's contract, computed plainly: the first name=value pair,
- * decoded with '+' as space, into max + 1 bytes. */
-static long ref_field(const char *body, size_t len, const char *name, char *out,
-                      size_t max)
+ * decoded with '+' as space; -1 for a bad escape or a NUL. out holds
+ * len + 1 bytes. */
+static long ref_field(const char *body, size_t len, const char *name, char *out)
 {
     size_t nl = strlen(name);
     out[0] = '\0';
@@ -88,27 +91,61 @@ static long ref_field(const char *body, size_t len, const char *name, char *out,
         if (j - i > nl && body[i + nl] == '=' &&
             memcmp(body + i, name, nl) == 0) {
             size_t at;
-            long n =
-                ref_decode(body + i + nl + 1, j - i - nl - 1, out, true, &at);
-            return expected_decode(n, at, max + 1);
+            return ref_decode(body + i + nl + 1, j - i - nl - 1, out, true,
+                              &at);
         }
         i = j + 1;
     }
     return 0;
 }
 
-static void check_form_field(const char *body, size_t len, const char *name,
-                             size_t max)
+static void check_form_field(const char *body, size_t len, const char *name)
 {
-    char *out = exact_buffer(max + 1), *ref = exact_buffer(len + 1);
-    long want = ref_field(body, len, name, ref, max);
-    long got = form_field(body, len, name, out, max);
-    CHECK(got == want);
-    if (got >= 0)
-        CHECK((size_t)got <= max && strlen(out) == (size_t)got &&
-              strcmp(out, ref) == 0);
-    free(out);
+    char *ref = exact_buffer(len + 1);
+    struct strbuf out = {0};
+    long want = ref_field(body, len, name, ref);
+    enum form_fault got = form_field(body, len, name, &out);
+    CHECK(got == (want < 0 ? FORM_ENCODING : FORM_OK));
+    if (got == FORM_OK)
+        CHECK(out.len == (size_t)want && out.data[out.len] == '\0' &&
+              memcmp(out.data, ref, out.len) == 0);
+    sb_free(&out);
     free(ref);
+}
+
+/* Code points in valid UTF-8 as the form counts them (CR LF is one), -1
+ * if not valid: the well-formed sequences of Unicode's Table 3-7, spelled
+ * out row by row. */
+static long ref_chars(const unsigned char *s, size_t len)
+{
+    long chars = 0;
+    for (size_t i = 0; i < len; chars++) {
+        unsigned char b = s[i];
+        size_t left = len - i;
+#define IN(k, lo, hi) (left > (k) && s[i + (k)] >= (lo) && s[i + (k)] <= (hi))
+        size_t n = b <= 0x7f                                             ? 1
+                   : b >= 0xc2 && b <= 0xdf && IN(1, 0x80, 0xbf)         ? 2
+                   : b == 0xe0 && IN(1, 0xa0, 0xbf) && IN(2, 0x80, 0xbf) ? 3
+                   : ((b >= 0xe1 && b <= 0xec) || b == 0xee || b == 0xef) &&
+                           IN(1, 0x80, 0xbf) && IN(2, 0x80, 0xbf)
+                       ? 3
+                   : b == 0xed && IN(1, 0x80, 0x9f) && IN(2, 0x80, 0xbf) ? 3
+                   : b == 0xf0 && IN(1, 0x90, 0xbf) && IN(2, 0x80, 0xbf) &&
+                           IN(3, 0x80, 0xbf)
+                       ? 4
+                   : b >= 0xf1 && b <= 0xf3 && IN(1, 0x80, 0xbf) &&
+                           IN(2, 0x80, 0xbf) && IN(3, 0x80, 0xbf)
+                       ? 4
+                   : b == 0xf4 && IN(1, 0x80, 0x8f) && IN(2, 0x80, 0xbf) &&
+                           IN(3, 0x80, 0xbf)
+                       ? 4
+                       : 0;
+#undef IN
+        if (n == 0)
+            return -1;
+        i += b == '\r' && left > 1 && s[i + 1] == '\n' ? 2 : n;
+    }
+    return chars;
 }
 
 /* The paragraph render_entry must produce for a name and a remark. */
@@ -137,22 +174,103 @@ static void check_rendered(const char *e, size_t len, const char *name,
     sb_free(&want);
 }
 
-/* A POST body becomes an entry, and the entry renders its name and remark. */
+/* A POST body becomes an entry under the form rule, and the entry renders
+ * its name and remark. */
 static void check_guest_entry(const char *body, size_t len)
 {
     char *name = exact_buffer(len + 1), *remark = exact_buffer(len + 1);
-    size_t size = MAX_NAME + MAX_REMARK + 32; /* as post_guestbook has it */
-    char *entry = exact_buffer(size);
-    long nlen = ref_field(body, len, "guest-name", name, MAX_NAME);
-    long rlen = ref_field(body, len, "guest-remarks", remark, MAX_REMARK);
-    int status = guest_entry(body, len, entry, size);
-    CHECK(status == (nlen < 0 || rlen <= 0 ? 400 : 0));
-    if (status == 0)
-        check_rendered(entry, strlen(entry), name, (size_t)nlen, remark,
+    struct strbuf entry = {0};
+    long nlen = ref_field(body, len, "guest-name", name);
+    long rlen = ref_field(body, len, "guest-remarks", remark);
+    long nchars =
+        nlen < 0 ? -1 : ref_chars((unsigned char *)name, (size_t)nlen);
+    long rchars =
+        rlen < 0 ? -1 : ref_chars((unsigned char *)remark, (size_t)rlen);
+    bool refused =
+        nchars < 0 || rchars <= 0 || nchars > MAX_NAME || rchars > MAX_REMARK;
+    int status = guest_entry(body, len, &entry);
+    CHECK(status == (refused ? 400 : 0));
+    if (status == 0) {
+        /* the bound the form rule keeps: 4 bytes a code point at most */
+        CHECK(nlen <= 4 * MAX_NAME && rlen <= 4 * MAX_REMARK);
+        CHECK(strlen(entry.data) == entry.len);
+        check_rendered(entry.data, entry.len, name, (size_t)nlen, remark,
                        (size_t)rlen);
+    }
+    sb_free(&entry);
     free(name);
     free(remark);
-    free(entry);
+}
+
+/* The raw value of field `name`, as the form page shows a field that does
+ * not decode. */
+static void raw_field(const char *body, size_t len, const char *name,
+                      const char **value, size_t *vlen)
+{
+    size_t nl = strlen(name);
+    *value = body;
+    *vlen = 0;
+    for (size_t i = 0; i < len;) {
+        size_t j = i;
+        while (j < len && body[j] != '&')
+            j++;
+        if (j - i > nl && body[i + nl] == '=' &&
+            memcmp(body + i, name, nl) == 0) {
+            *value = body + i + nl + 1;
+            *vlen = j - i - nl - 1;
+            return;
+        }
+        i = j + 1;
+    }
+}
+
+/* One field of a refused form's page: escaped, and it unescapes to the
+ * decoded value, or to the value as sent when that does not decode. */
+static void check_kept(const char *shown, size_t slen, const char *body,
+                       size_t len, const char *name)
+{
+    char *ref = exact_buffer(len + 1);
+    long n = ref_field(body, len, name, ref);
+    const char *value;
+    size_t vlen;
+    raw_field(body, len, name, &value, &vlen);
+    if (n >= 0)
+        check_escaped(shown, slen, ref, (size_t)n);
+    else
+        check_escaped(shown, slen, value, vlen);
+    free(ref);
+}
+
+/* A refused form (400) with this body: the page keeps both fields. The
+ * template ends each form placeholder with "<|", which no escaped field
+ * holds (html_escape turns every '<' into "&lt;") and no message either. */
+static void check_form_page(const char *body, size_t len)
+{
+    static char t[] = "$FORM_MESSAGE$<|$FORM_NAME$<|$FORM_REMARK$<|";
+    struct http_request r;
+    struct strbuf out = {0};
+    http_request_init(&r);
+    r.method = METHOD_POST;
+    server.template = t;
+    server.template_len = sizeof t - 1;
+    CHECK(format_form_page(&out, &r, body, len, 400));
+    server.template = NULL;
+    server.template_len = 0;
+    char *end = out.data + out.len,
+         *page = memmem(out.data, out.len, "\r\n\r\n", 4);
+    CHECK(page != NULL);
+    page += 4;
+    char *name = memmem(page, (size_t)(end - page), "<|", 2);
+    CHECK(name && memmem(page, (size_t)(name - page), "\"form-message\"", 14));
+    name += 2;
+    char *remark = memmem(name, (size_t)(end - name), "<|", 2);
+    CHECK(remark != NULL);
+    remark += 2;
+    char *last = memmem(remark, (size_t)(end - remark), "<|", 2);
+    CHECK(last == end - 2);
+    check_kept(name, (size_t)(remark - 2 - name), body, len, "guest-name");
+    check_kept(remark, (size_t)(last - remark), body, len, "guest-remarks");
+    sb_free(&out);
 }
 
 /* Any stored element: "<n>:" (n = 0..999, within the element) then n bytes
@@ -194,17 +312,27 @@ static void check_format_count(long long n)
     CHECK(digits[d] == '\0');
 }
 
-/* render_page against a plain substitution, with t as the template. */
+/* render_page against a plain substitution, with t as the template: the
+ * remarks and the count in their places, the form's three placeholders
+ * (message, name, remark) empty. */
 static void check_render_page(const char *t, size_t len,
                               const struct strbuf *remarks, long long visitors)
 {
+    static const char *const empty[] = {"$FORM_MESSAGE$", "$FORM_NAME$",
+                                        "$FORM_REMARK$"};
     static const char rem[] = "$GUEST_REMARKS$", vis[] = "$VISITOR_COUNT$";
     char count[40];
     struct strbuf got = {0}, want = {0};
     format_count(visitors, count, sizeof count);
     for (size_t i = 0; i < len;) {
-        if (len - i >= sizeof rem - 1 &&
-            memcmp(t + i, rem, sizeof rem - 1) == 0) {
+        size_t k = 0;
+        while (k < 3 && !(len - i >= strlen(empty[k]) &&
+                          memcmp(t + i, empty[k], strlen(empty[k])) == 0))
+            k++;
+        if (k < 3)
+            i += strlen(empty[k]);
+        else if (len - i >= sizeof rem - 1 &&
+                 memcmp(t + i, rem, sizeof rem - 1) == 0) {
             CHECK(sb_append(&want, remarks->data, remarks->len));
             i += sizeof rem - 1;
         } else if (len - i >= sizeof vis - 1 &&
@@ -231,8 +359,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *s = (const char *)data;
     check_html_escape(s, size);
     if (size > 0)
-        check_form_field(s, size, names[data[0] % 4], data[0] / 4 % 64);
+        check_form_field(s, size, names[data[0] % 4]);
     check_guest_entry(s, size);
+    check_form_page(s, size);
     check_render_entry(s, size);
 
     long long visitors = 0;

@@ -395,6 +395,16 @@ def redis_settle(model):
     return REDIS_BACKOFF_MAX if model in SEPARATE_REDIS_LINKS else 0.0
 
 
+def python_with(*modules):
+    """A Python that can import the modules, when the one running the tests
+    may not (tools/python picks .venv, python3 or /usr/bin/python3)."""
+    proc = subprocess.run([str(REPO / "tools" / "python"), *modules],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, \
+        f"no Python with {', '.join(modules)}: run `make deps`"
+    return proc.stdout.strip()
+
+
 def token():
     """A unique tag, to find this test's remark among everyone else's."""
     return "t" + uuid.uuid4().hex[:11]

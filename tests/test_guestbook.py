@@ -1,40 +1,56 @@
-"""The Redis-backed guestbook: rendering, counting, posting, limits.
+"""The Redis-backed guestbook: rendering, counting, posting, limits, and
+the form rule (DESIGN.md §3): what the form accepts is stored, counted in
+characters as its maxlength counts them, and a refused form comes back as
+the page with a message and the visitor's text (tests/test_browser.py shows
+the same in a real browser).
 
 The session's Redis is shared by every test and every server, so tests tag
 their remarks with a unique token and compare counts instead of expecting
 exact ones (except where a test sets the counter itself just before).
 """
 
+import html
 import re
 import subprocess
 import time
+import urllib.parse
 
 import pytest
 
-from processes import token
+from processes import REPO, ServerProcess, free_port, token
 from rawhttp import (FORM_HEAD, Connection, assert_html_error, exchange,
                      media_type)
 
 COUNT_RE = r"\d{1,3}(?:,\d{3})*"  # 1,234,567: groups of three after the first
+# The form rule (DESIGN.md §3): the limits in characters (code points; a
+# CR LF line break is one), as the template's maxlength has them, and the
+# largest body: 9 bytes a character at worst (%E4%B8%80) and the names.
+MAX_REMARK, MAX_NAME = 2000, 100
+MAX_BODY = 9 * (MAX_REMARK + MAX_NAME) + 32
+
+# What fills each placeholder of the template: on a page (the remarks and
+# the count; the form empty), and on a refused form's page (no remarks, no
+# count: Redis is not asked; the message and the fields as sent, escaped).
+PAGE = {"$GUEST_REMARKS$": "(?P<remarks>.*?)",
+        "$VISITOR_COUNT$": f"(?P<count>{COUNT_RE})",
+        "$FORM_MESSAGE$": "", "$FORM_NAME$": "", "$FORM_REMARK$": ""}
+REFUSED = {"$GUEST_REMARKS$": "",
+           "$VISITOR_COUNT$": "not counted on this page",
+           "$FORM_MESSAGE$": '<p class="form-message" role="alert">'
+                             '(?P<message>[^<]+)</p>\n',
+           "$FORM_NAME$": '(?P<name>[^<"]*)',
+           "$FORM_REMARK$": "(?P<remark>[^<]*)"}
 
 
-
-def page_regex(site):
+def page_regex(site, holes=PAGE):
     """The guestbook template as a regex: the page must be the template with
-    only the two placeholders replaced."""
+    only its placeholders replaced, each by its hole's regex."""
     template = (site / "templates" / "guestbook" / "index.html").read_text()
-    holes = {"$GUEST_REMARKS$": ("remarks", ".*?"),
-             "$VISITOR_COUNT$": ("count", COUNT_RE)}
-    seen, regex = set(), ""
-    for part in re.split(r"(\$GUEST_REMARKS\$|\$VISITOR_COUNT\$)", template):
-        if part in holes:
-            name, body = holes[part]
-            regex += f"(?P={name})" if name in seen else f"(?P<{name}>{body})"
-            seen.add(name)
-        else:
-            regex += re.escape(part)
-    assert seen == {"remarks", "count"}, "template lacks a placeholder"
-    return re.compile(regex + r"\Z", re.S)
+    parts = re.split("(" + "|".join(map(re.escape, holes)) + ")", template)
+    assert {p for p in parts if p in holes} == set(holes), \
+        "template lacks a placeholder"
+    return re.compile("".join(holes.get(p, re.escape(p)) for p in parts)
+                      + r"\Z", re.S)
 
 
 def get_page(port, site):
@@ -70,11 +86,41 @@ def assert_stored(server, site, body, tag):
     return entry_with(entries, tag)
 
 
-def assert_rejected(server, site, body, tag, status):
-    """The POST fails with status and stores nothing."""
-    assert_html_error(post_form(server.port, body), status)
+def refused_fields(resp, site, status, says):
+    """A refused form's answer: the guestbook page again with status and a
+    message that says `says`. Returns the fields it kept, unescaped, as
+    bytes (the text may be the invalid UTF-8 the visitor sent)."""
+    assert resp.status == status, resp
+    assert media_type(resp) == "text/html"
+    assert int(resp.headers["Content-Length"]) == len(resp.body), resp
+    m = page_regex(site, REFUSED).match(
+        resp.body.decode("utf-8", "surrogateescape"))
+    assert m, f"not the page with the form:\n{resp.body[:3000]}"
+    assert says in m.group("message"), m.group("message")
+    return tuple(html.unescape(m.group(g)).encode("utf-8", "surrogateescape")
+                 for g in ("name", "remark"))
+
+
+def assert_refused(server, site, body, tag, status, says, kept=None):
+    """The POST is refused with status and stores nothing; the page keeps
+    the fields as sent (kept: (name, remark) as bytes, decoded)."""
+    fields = refused_fields(post_form(server.port, body), site, status, says)
+    if kept is not None:
+        assert fields == kept
     _, entries = get_page(server.port, site)
     assert not any(tag in e for e in entries)
+
+
+def form(name, remark):
+    """A form body as a browser encodes it: UTF-8, percent-escaped."""
+    return (f"guest-name={urllib.parse.quote_plus(name)}&guest-remarks="
+            f"{urllib.parse.quote_plus(remark)}").encode()
+
+
+def assert_kept_refusal(server, site, name, remark, says):
+    """Refused with 400, the page keeping exactly what was typed."""
+    assert_refused(server, site, form(name, remark), remark[:12], 400, says,
+                   (name.encode(), remark.encode()))
 
 
 def test_guestbook_renders_the_template(server, site):
@@ -201,11 +247,110 @@ def test_empty_name_shows_anonymous(server, site):
         server, site, b"guest-name=&guest-remarks=" + tag.encode(), tag)
 
 
+def test_template_maxlength_is_the_servers_limit(site):
+    # The form rule holds only while the browser's limit and the server's
+    # are the same numbers: the template's maxlength and every main.c.
+    template = (site / "templates" / "guestbook" / "index.html").read_text()
+    assert re.search(r'<input[^>]*name="guest-name"[^>]*maxlength="%d"'
+                     % MAX_NAME, template)
+    assert re.search(r'<textarea[^>]*name="guest-remarks"[^>]*'
+                     r'maxlength="%d"' % MAX_REMARK, template)
+    for main in sorted(REPO.glob("[0-9][0-9]_*/main.c")):
+        text = main.read_text()
+        for name, value in (("MAX_REMARK", MAX_REMARK), ("MAX_NAME", MAX_NAME)):
+            assert re.search(rf"^#define {name} +{value}\b", text, re.M), main
+
+
 @pytest.mark.parametrize("body", [b"guest-name=Nobody&guest-remarks=",
                                   b"guest-name=Nobody"],
                          ids=["empty", "missing"])
-def test_empty_remark_is_400(server, body):
-    assert_html_error(post_form(server.port, body), 400)
+def test_empty_remark_is_400_with_the_name_kept(server, site, body):
+    fields = refused_fields(post_form(server.port, body), site, 400,
+                            "remark is empty")
+    assert fields == (b"Nobody", b"")
+
+
+@pytest.mark.parametrize("chars", [1000, 2000])
+def test_remark_limit_counts_characters_not_bytes(server, site, chars):
+    # "é" is 2 bytes decoded and 6 on the wire (%C3%A9): 2,000 of them are
+    # 4,000 bytes, a remark the browser's maxlength="2000" accepts.
+    tag = token()
+    remark = tag + "é" * (chars - len(tag))
+    assert remark in assert_stored(server, site, form("Utf", remark), tag)
+
+
+def test_remark_of_2001_characters_is_refused_with_the_text_kept(server,
+                                                                  site):
+    remark = token() + "é" * (MAX_REMARK + 1 - 12)
+    assert_kept_refusal(server, site, "Élise", remark,
+                        "remark is longer than 2,000 characters")
+
+
+@pytest.mark.parametrize("emoji", [1, (MAX_REMARK - 12) // 2],
+                         ids=["one", "all"])
+def test_emoji_remark_the_browser_accepts_is_stored(server, site, emoji):
+    # An emoji is 2 UTF-16 units for maxlength and 4 bytes decoded: 2,000
+    # units with one of them (1,999 characters), or all emoji but the tag.
+    tag = token()
+    remark = tag + "😀" * emoji + "a" * (MAX_REMARK - 2 * emoji - len(tag))
+    assert len(remark.encode("utf-16-le")) == 2 * MAX_REMARK
+    assert remark in assert_stored(server, site, form("Emo", remark), tag)
+
+
+def test_line_break_counts_once(server, site):
+    # A textarea's line break is one unit for maxlength; the browser sends
+    # it as CR LF (%0D%0A): 1,000 of them and 1,000 letters fit.
+    tag = token()
+    remark = tag + "\r\n" * 1000 + "b" * (1000 - len(tag))
+    entry = assert_stored(server, site, form("Lines", remark), tag)
+    assert entry.startswith(remark)
+
+
+def worst_form(tag):
+    """The largest form a browser sends: 100 + 2,000 characters of 3 bytes
+    each (CJK), each %XX%XX%XX on the wire; the tag spelled in CJK."""
+    cjk = "".join(chr(0x4E00 + ord(c)) for c in tag)
+    return form("中" * MAX_NAME, cjk + "中" * (MAX_REMARK - len(cjk))), cjk
+
+
+def test_worst_case_form_is_stored(server, site):
+    tag = token()
+    body, cjk = worst_form(tag)
+    assert len(body) == MAX_BODY - 6  # the field names take 26 of the 32
+    entry = assert_stored(server, site, body, cjk)
+    assert "中" * MAX_NAME in entry
+
+
+@pytest.mark.parametrize("over, status", [(0, 303), (1, 413)],
+                         ids=["at-the-cap", "one-over"])
+def test_body_cap_is_the_worst_form(server, site, over, status):
+    tag = token()
+    body, cjk = worst_form(tag)
+    body += b"&p=" + b"p" * (MAX_BODY + over - len(body) - 3)
+    assert len(body) == MAX_BODY + over
+    if status == 303:
+        assert_stored(server, site, body, cjk)
+    else:  # refused before the body is read: the page, its fields empty
+        assert_refused(server, site, body, cjk, 413, "over 18,932 bytes",
+                       (b"", b""))
+
+
+@pytest.mark.parametrize("bad", [b"%C3%28", b"%C0%AF", b"%ED%A0%80",
+                                 b"%F4%90%80%80", b"%E2%82", b"%FF"],
+                         ids=["bad-continuation", "overlong", "surrogate",
+                              "past-10FFFF", "cut-short", "ff"])
+def test_invalid_utf8_is_400_with_the_text_kept(server, site, bad):
+    tag = token().encode()
+    raw = urllib.parse.unquote_to_bytes(bad)
+    assert_refused(server, site, b"guest-name=Ann&guest-remarks=" + tag + bad
+                   + b"+end", tag.decode(), 400, "not valid UTF-8",
+                   (b"Ann", tag + raw + b" end"))
+
+
+def test_invalid_utf8_in_name_is_400(server, site):
+    tag = token().encode()
+    assert_refused(server, site, b"guest-name=%C3&guest-remarks=" + tag,
+                   tag.decode(), 400, "not valid UTF-8", (b"\xc3", tag))
 
 
 def test_remark_of_2000_bytes_is_accepted(server, site):
@@ -215,47 +360,56 @@ def test_remark_of_2000_bytes_is_accepted(server, site):
         server, site, b"guest-name=Long&guest-remarks=" + remark.encode(), tag)
 
 
-def test_remark_of_2001_bytes_is_400(server, site):
+def test_name_of_100_characters_is_accepted(server, site):
     tag = token()
-    remark = tag + "r" * (2001 - len(tag))
-    assert_rejected(server, site,
-                    b"guest-name=Long&guest-remarks=" + remark.encode(),
-                    tag, 400)
+    name = "ñ" * MAX_NAME  # 200 bytes decoded
+    assert name in assert_stored(server, site, form(name, tag), tag)
 
 
-def test_remark_limit_counts_decoded_bytes(server, site):
-    # 994 times "é" (%C3%A9, two bytes decoded) plus a 12-byte tag: 2000
-    # bytes decoded, 5976 bytes on the wire. Accepted.
-    tag = token()
-    body = (b"guest-name=Utf&guest-remarks=" + tag.encode()
-            + b"%C3%A9" * 994)
-    assert tag + "é" * 994 in assert_stored(server, site, body, tag)
+def test_name_of_101_characters_is_400_with_the_text_kept(server, site):
+    assert_kept_refusal(server, site, "n" * (MAX_NAME + 1),
+                        token() + " hello",
+                        "name is longer than 100 characters")
 
 
-def test_name_of_100_bytes_is_accepted(server, site):
-    tag = token()
-    assert "n" * 100 in assert_stored(server, site, b"guest-name=" + b"n" * 100
-                                      + b"&guest-remarks=" + tag.encode(), tag)
+def test_refused_form_keeps_the_text_escaped(server, site):
+    # The kept text goes back inside value="..." and <textarea>: escaped,
+    # it cannot close either or start a script.
+    resp = post_form(server.port, form('"><script>x</script>',
+                                       "</textarea><script>y</script>"
+                                       + "z" * MAX_REMARK))
+    assert b"<script>" not in resp.body
+    assert refused_fields(resp, site, 400, "longer than") == (
+        b'"><script>x</script>',
+        ("</textarea><script>y</script>" + "z" * MAX_REMARK).encode())
 
 
-def test_name_of_101_bytes_is_400(server, site):
-    tag = token()
-    assert_rejected(server, site, b"guest-name=" + b"n" * 101
-                    + b"&guest-remarks=" + tag.encode(), tag, 400)
+@pytest.mark.parametrize("sent, kept", [
+    (b"%00after", b"%00after"), (b"50%+off", b"50%+off")],
+    ids=["nul", "bad-escape"])
+def test_undecodable_field_is_400_kept_as_sent(server, site, sent, kept):
+    tag = token().encode()
+    assert_refused(server, site, b"guest-name=x&guest-remarks=" + tag + sent,
+                   tag.decode(), 400, "not valid UTF-8", (b"x", tag + kept))
 
 
-def test_nul_in_form_field_is_400(server, site):
-    tag = token()
-    assert_rejected(server, site, b"guest-name=x&guest-remarks="
-                    + tag.encode() + b"%00after", tag, 400)
-
-
-def test_body_over_16384_bytes_is_413(server, site):
-    tag = token()
-    body = b"guest-name=x&guest-remarks=" + tag.encode()
-    body += b"&padding=" + b"p" * (16385 - len(body) - 9)
-    assert len(body) == 16385
-    assert_rejected(server, site, body, tag, 413)
+def test_redis_down_post_is_503_with_the_text_kept(binary, site):
+    # Nothing listens on Redis's port: the remark cannot be stored, and the
+    # visitor gets it back with the reason. The page itself (GET) says so
+    # too, still with a form, instead of a bare error.
+    server = ServerProcess(binary, site, free_port())
+    try:
+        remark = "Still here é 😀\r\nline two <b>"
+        resp = post_form(server.port, form("Ann", remark))
+        assert refused_fields(resp, site, 503, "your remark was not saved") \
+            == (b"Ann", remark.encode())
+        resp = exchange(server.port,
+                        b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert refused_fields(resp, site, 503, "cannot reach its storage") \
+            == (b"", b"")
+        server.stop()
+    finally:
+        server.cleanup()
 
 
 def test_post_without_content_length_is_411(server):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from processes import REPO, token
+from processes import REPO, python_with, token
 from rawhttp import (FORM_HEAD, HOST, Connection, assert_html_error,
                      exchange, get)
 
@@ -439,14 +439,6 @@ LINT_PROGRAM = ("import sys; from httplint.cli import main; "
                 "sys.argv = ['httplint', '-n']; main()")
 
 
-def lint_python():
-    """The Python that has httplint (tools/deps.sh puts it in .venv)."""
-    proc = subprocess.run([str(REPO / "tools" / "python"), "httplint"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, "httplint is missing: run `make deps`"
-    return proc.stdout.strip()
-
-
 def raw_response(port, path):
     """The exact bytes a GET received, to the server's close."""
     with socket.create_connection((HOST, port), timeout=5) as sock:
@@ -463,7 +455,7 @@ def raw_response(port, path):
 def test_httplint_finds_nothing_to_warn_about(server, path):
     raw = raw_response(server.port, path)
     assert raw.startswith(b"HTTP/1.1 200 "), raw[:200]
-    proc = subprocess.run([lint_python(), "-c", LINT_PROGRAM], input=raw,
+    proc = subprocess.run([python_with("httplint"), "-c", LINT_PROGRAM], input=raw,
                           capture_output=True, timeout=30)
     report = proc.stdout.decode(errors="replace")
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")

@@ -5,7 +5,9 @@
 # (util-linux) for pinned sweeps, ssh and sshd for multi-host sweeps (the test
 # runs a private sshd on 127.0.0.1 and never uses the system one); unshare
 # (util-linux) and ip (iproute2) to run the handouts' blocks in namespaces of
-# their own (tools/lab blocks); then, in a
+# their own (tools/lab blocks); headless Chromium, its WebDriver and Selenium
+# for the browser test (tests/browser.py runs under a Python that has
+# selenium: .venv sees apt's); then, in a
 # virtualenv (.venv, git-ignored), the Python packages Debian does not have.
 # Quiet and quick when everything is present, so `make test` can always call it.
 set -euo pipefail
@@ -16,6 +18,7 @@ PACKAGES=(
     util-linux iproute2 openssh-client openssh-server
     python3 python3-pytest python3-matplotlib python3-venv python3-pip
     clang clang-format libclang-rt-14-dev
+    chromium chromium-driver python3-selenium
 )
 
 # From PyPI, into .venv: httplint (the linter behind REDbot), which the tests
