@@ -354,6 +354,30 @@ def cpu_seconds(pid):
     return proc_stat(pid)[3] / os.sysconf("SC_CLK_TCK")
 
 
+
+def thread_stacks(pid):
+    """The guarded stacks in pid, from /proc/PID/smaps: [(size, touched)]
+    in KiB for every anonymous rw-p mapping that has a one-page ---p guard
+    right below it, as glibc lays out a thread's stack. touched is its
+    resident part: a stack is backed only as deep as it was ever used (the
+    deepest call, plus the thread's descriptor at the top). A stack with no
+    guard cannot be told from other memory: compare the count with the
+    Threads of status_field()."""
+    page = resource.getpagesize()
+    maps = []  # [start, end, perms, anonymous, rss KiB]
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        fields = line.split()
+        if re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", fields[0]):
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            maps.append([start, end, fields[1], len(fields) == 5, 0])
+        elif fields[0] == "Rss:":
+            maps[-1][4] = int(fields[1])
+    return [((end - start) // 1024, rss)
+            for below, (start, end, perms, anonymous, rss) in zip(maps,
+                                                                  maps[1:])
+            if perms == "rw-p" and anonymous and below[2] == "---p"
+            and below[1] == start and below[1] - below[0] == page]
+
 # ---- the grader ----
 
 class Grader:
