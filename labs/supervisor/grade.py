@@ -39,8 +39,8 @@ def refilled(lab, server, victims, what):
                      lambda w: len(w) == WORKERS and not set(w) & set(victims),
                      limit=2)
     lab.expect(len(alive) == WORKERS and not set(alive) & set(victims),
-               f"{len(alive)} workers ({len(set(alive) - set(victims))} "
-               f"new) 2 s after {what}; {WATCH}")
+               f"{len(alive)} live workers of {WORKERS} 2 s after {what}; "
+               f"{WATCH}")
     zombies = zombie_children(server.pid)
     lab.expect(not zombies, f"{len(zombies)} zombie workers after {what}")
     return alive
