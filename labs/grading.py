@@ -335,13 +335,17 @@ def strace_returns(pid, syscall, during):
     tracer = subprocess.Popen(
         ["strace", "-q", "-o", out.name, "-e", "trace=" + syscall, "-p",
          str(pid)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
+        stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(seconds(0.5))  # attached by now
+        if tracer.poll() is not None:  # e.g. ptrace not permitted
+            raise RuntimeError("strace could not attach: "
+                               + tracer.stderr.read().strip()[:200])
         during()
     finally:
         tracer.send_signal(2)  # SIGINT: detach
         tracer.wait(timeout=seconds(10))
+        tracer.stderr.close()
     found = re.findall(rf"^{syscall}\(.*\)\s+=\s+(-?\d+)",
                        Path(out.name).read_text(), re.M)
     os.unlink(out.name)
