@@ -45,7 +45,9 @@ def threads_for(lab, server, clients):
     """Threads once every client has its own: at least clients + 1."""
     threads = wait_for(lambda: status_field(server.pid, "Threads"),
                        lambda n: n > clients, limit=5)
-    lab.expect(threads > clients, f"{threads} threads for {clients} clients")
+    lab.expect(threads > clients, f"{threads} threads for {clients} clients: "
+               "a thread each is the model; watch: grep Threads "
+               "/proc/PID/status while they connect")
     return threads
 
 

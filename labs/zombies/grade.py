@@ -38,7 +38,8 @@ def served(lab, server, path="/", limit=5, while_=""):
                     "waitpid without WNOHANG) or spins (a loop that never "
                     "ends); watch: strace -p PID while curl -m 5 "
                     f"http://127.0.0.1:8000{path}") from None
-    lab.expect(status == 200, f"GET {path} answered {status}")
+    lab.expect(status == 200, f"GET {path} answered {status}; watch: curl "
+               f"-i http://127.0.0.1:8000{path}")
 
 
 def zombies_gone(lab, server, what, limit=2):
