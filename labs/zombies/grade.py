@@ -22,17 +22,18 @@ WATCH = ("watch them: ./forking 8000 & ab -n 1000 -c 50 "
 grader = Grader("zombies")
 
 
-def served(lab, server, path="/", limit=5, while_=""):
+def served(lab, server, path="/", limit=5, beside=""):
     """GET path, which must answer 200 within limit s. A server that does
     not answer is told apart from one that spins (a reaper that loops
-    forever) by the CPU it burns meanwhile."""
+    forever) by the CPU it burns meanwhile. beside: what else went on,
+    for the message."""
     before = cpu_seconds(server.pid)
     try:
         status, _ = get(server.port, path, timeout=limit)
     except (socket.timeout, ConnectionError) as error:
         spent = cpu_seconds(server.pid) - before
         raise Unmet(f"GET {path}: no answer within {seconds(limit):.0f} s "
-                    f"({type(error).__name__}){while_}; the server used "
+                    f"({type(error).__name__}){beside}; the server used "
                     f"{spent:.1f} s of CPU meanwhile: it waits for "
                     "something (near 0 s: a child that has not exited? "
                     "waitpid without WNOHANG) or spins (a loop that never "
@@ -91,7 +92,7 @@ def never_blocks(lab):
     server = lab.start()
     with HeldClients(server.port, 1) as held:  # its child lives on
         lab.expect(held.answered, "; ".join(held.errors[:1]))
-        served(lab, server, limit=3, while_=" while one keep-alive client "
+        served(lab, server, limit=3, beside=" while one keep-alive client "
                "was being served by its child")
     lab.expect(not held.errors, "; ".join(held.errors[:1]))
 
