@@ -61,16 +61,18 @@ def deep_requests(lab, server):
             b"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * 6000 +
             b"\r\n\r\n",
             b"GET /no/such/page HTTP/1.1\r\nHost: x\r\n\r\n"]
+    step = "connecting"
     try:
         conns = [Connection(server.port, timeout=seconds(5))
                  for _ in range(DEEP)]
         for raw in asks:  # each step on every client at once
+            step = f"{raw[:16]!r}..."
             for conn in conns:
                 conn.send(raw)
             for conn in conns:
                 conn.read_response()
     except (OSError, AssertionError):
-        alive(lab, server, f"{raw[:16]!r}... on {DEEP} clients at once")
+        alive(lab, server, f"{step} on {DEEP} clients at once")
         raise
     return conns
 
