@@ -10,8 +10,9 @@
  *   thread: connect to Redis -> serve_connection() (as in 01) -> return
  *
  * What it gains: concurrency as plain blocking code, at a thread's cost.
- * What it costs: a stack per client (THREAD_STACK, 64 KiB: the default 8 MiB
- * would reserve 117 GiB for 15,000 clients) and a Redis connection each.
+ * What it costs: a stack per client (THREAD_STACK, sized to what a request
+ * needs: the default 8 MiB would reserve 117 GiB for 15,000 clients) and a
+ * Redis connection each.
  * Where it breaks: at the thread limit (pid_max, 32768) pthread_create()
  * fails and drops the client; long before, the scheduler juggles threads.
  *

@@ -26,7 +26,9 @@ file first; `tools/lab grade --help` says more.
 """
 
 import argparse
+import contextlib
 import os
+import re
 import resource
 import shutil
 import signal
@@ -34,6 +36,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -42,6 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 from processes import (Binary, RedisServer, ServerProcess,  # noqa: E402
                        proc_stat, process_table)
+from rawhttp import Connection  # noqa: E402
 
 SLOW = float(os.environ.get("TIMEOUT", "1") or 1)  # wait multiplier
 
@@ -269,6 +273,122 @@ def strace_count(pid, syscalls, during):
     os.unlink(out.name)
     return counts
 
+
+
+class HeldClients:
+    """`count` keep-alive clients, each asking for a small file every
+    `every` seconds from one thread for as long as the with-block lasts:
+    a server never times them out, so each holds its worker (a child, a
+    thread) throughout, as a busy client does. Each asks once on entering,
+    each answer waited for at most `timeout` s. .answered counts the
+    answers; .errors says what went wrong (a client that fails stops)."""
+
+    def __init__(self, port, count, every=0.5, timeout=5.0):
+        self.port, self.count, self.every = port, count, every
+        self.timeout = seconds(timeout)
+        self.answered, self.errors, self.conns = 0, [], []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _ask(self, conn):
+        try:
+            conn.send(b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+            status = conn.read_response().status
+            if status != 200:
+                raise AssertionError(f"answered {status}")
+            self.answered += 1
+            return True
+        except (OSError, AssertionError) as error:
+            self.errors.append(f"a held client: {type(error).__name__}: "
+                               f"{error}")
+            return False
+
+    def _run(self):
+        while not self.done.wait(self.every):
+            self.conns = [c for c in self.conns if self._ask(c)]
+
+    def __enter__(self):
+        for _ in range(self.count):
+            conn = Connection(self.port, timeout=self.timeout)
+            if self._ask(conn):
+                self.conns.append(conn)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join(timeout=self.timeout + self.every)
+        for conn in self.conns:
+            conn.close()
+
+
+@contextlib.contextmanager
+def stopped(pid):
+    """pid is SIGSTOPped for the with-block and SIGCONTinued after it:
+    whatever happens meanwhile (children exiting, workers killed) piles up
+    for it and reaches it at once, one pending signal of each kind."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def strace_returns(pid, syscall, during):
+    """Runs during() while strace watches one syscall of pid's main thread
+    alone (not its children or other threads); returns the list of its
+    return values (-1 for an error), in order."""
+    out = tempfile.NamedTemporaryFile(suffix=".strace", delete=False)
+    out.close()
+    tracer = subprocess.Popen(
+        ["strace", "-q", "-o", out.name, "-e", "trace=" + syscall, "-p",
+         str(pid)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(seconds(0.5))  # attached by now
+        if tracer.poll() is not None:  # e.g. ptrace not permitted
+            raise RuntimeError("strace could not attach: "
+                               + tracer.stderr.read().strip()[:200])
+        during()
+    finally:
+        tracer.send_signal(2)  # SIGINT: detach
+        tracer.wait(timeout=seconds(10))
+        tracer.stderr.close()
+    found = re.findall(rf"^{syscall}\(.*\)\s+=\s+(-?\d+)",
+                       Path(out.name).read_text(), re.M)
+    os.unlink(out.name)
+    return [int(value) for value in found]
+
+
+def cpu_seconds(pid):
+    """CPU time (user and system, every thread) a process has used so far,
+    in seconds: a server that spins shows it."""
+    return proc_stat(pid)[3] / os.sysconf("SC_CLK_TCK")
+
+
+
+def thread_stacks(pid):
+    """The guarded stacks in pid, from /proc/PID/smaps: [(size, touched)]
+    in KiB for every anonymous rw-p mapping that has a one-page ---p guard
+    right below it, as glibc lays out a thread's stack. touched is its
+    resident part: a stack is backed only as deep as it was ever used (the
+    deepest call, plus the thread's descriptor at the top). A stack with no
+    guard cannot be told from other memory: compare the count with the
+    Threads of status_field()."""
+    page = resource.getpagesize()
+    maps = []  # [start, end, perms, anonymous, rss KiB]
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        fields = line.split()
+        if re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", fields[0]):
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            maps.append([start, end, fields[1], len(fields) == 5, 0])
+        elif fields[0] == "Rss:":
+            maps[-1][4] = int(fields[1])
+    return [((end - start) // 1024, rss)
+            for below, (start, end, perms, anonymous, rss) in zip(maps,
+                                                                  maps[1:])
+            if perms == "rw-p" and anonymous and below[2] == "---p"
+            and below[1] == start and below[1] - below[0] == page]
 
 # ---- the grader ----
 

@@ -1,43 +1,161 @@
 #!/usr/bin/env python3
-"""Grader for the stacks lab (labs/stacks/README.md)."""
+"""Grader for the stacks lab (labs/stacks/README.md).
+
+Both directions: a stack too large (address space per thread, with many
+idle clients) and a stack too small (the deepest requests, many at once,
+must not crash the server, and each stack keeps twice the depth they
+touched in reserve), with a guard page below every stack (an overflow
+must fault, not overwrite). The sizes are read from the server's own
+memory map, whatever sets them."""
 
 import time
 
-from grading import (Grader, idle_clients, seconds,  # labs/grading.py
-                     status_field, wait_for)
+from grading import (Grader, Unmet, get, idle_clients,  # labs/grading.py
+                     seconds, status_field, thread_stacks, wait_for)
+from rawhttp import FORM_HEAD, Connection
 
 IDLE = 300  # idle keep-alive clients: a thread (and a stack) each
 LIMIT_KB = 1024  # virtual memory per thread: a 64 KiB stack is far below
+MARGIN = 2  # a stack at least this many times the deepest use seen
+DEEP = 20  # clients at once, each through the deepest requests
 # One malloc arena for all threads: glibc otherwise reserves 64 MiB of
 # address space per arena (up to 8 per core), which would swamp the stacks.
 ENV = {"MALLOC_ARENA_MAX": "1"}
+WATCH = ("watch: ./threaded 8000 & then grep -E 'Threads|VmSize' "
+         "/proc/$!/status and the stacks' Size and Rss in /proc/$!/smaps")
 grader = Grader("stacks")
 
 
-def per_thread_kb(lab):
-    """VmSize added per thread while IDLE clients are connected."""
-    server = lab.start(env=ENV)
-    before = status_field(server.pid, "VmSize")
-    clients = idle_clients(server.port, IDLE)
+def start(lab):
+    """The server under MALLOC_ARENA_MAX=1; one that does not start, or
+    dies as it starts, says why in one line (its stderr's last)."""
+    try:
+        return lab.start(env=ENV)
+    except AssertionError as error:
+        logs = sorted(lab.workdir.glob("*.stderr"),
+                      key=lambda log: log.stat().st_mtime)
+        said = (logs[-1].read_text(errors="replace") if logs else "") or \
+            str(error)
+        raise Unmet("the server did not start, or died as it started; its "
+                    f"stderr: {said.strip().splitlines()[-1][-150:]}; "
+                    "watch: ./threaded 8000") from None
+
+
+def threads_for(lab, server, clients):
+    """Threads once every client has its own: at least clients + 1."""
     threads = wait_for(lambda: status_field(server.pid, "Threads"),
-                       lambda n: n > IDLE, limit=5)
-    time.sleep(seconds(0.2))
-    after = status_field(server.pid, "VmSize")
-    for c in clients:
-        c.close()
-    lab.expect(threads > IDLE, f"{threads} threads for {IDLE} clients")
-    return (after - before) / (threads - 1), server
+                       lambda n: n > clients, limit=5)
+    lab.expect(threads > clients, f"{threads} threads for {clients} clients: "
+               "a thread each is the model; watch: grep Threads "
+               "/proc/PID/status while they connect")
+    return threads
 
 
-@grader.check(60, f"at most {LIMIT_KB} KiB of address space per thread with "
+def deep_requests(lab, server):
+    """DEEP keep-alive clients, each through the requests that go deepest
+    (a form POST, the guestbook page, a large header, an error page), left
+    open: their threads live, their stacks as deep as they ever went."""
+    body = b"guest-name=" + b"n" * 90 + b"&guest-remarks=" + b"%41" * 1900
+    asks = [FORM_HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body,
+            b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * 6000 +
+            b"\r\n\r\n",
+            b"GET /no/such/page HTTP/1.1\r\nHost: x\r\n\r\n"]
+    step = "connecting"
+    try:
+        conns = [Connection(server.port, timeout=seconds(5))
+                 for _ in range(DEEP)]
+        for raw in asks:  # each step on every client at once
+            step = f"{raw[:16]!r}..."
+            for conn in conns:
+                conn.send(raw)
+            for conn in conns:
+                conn.read_response()
+    except (OSError, AssertionError):
+        alive(lab, server, f"{step} on {DEEP} clients at once")
+        raise
+    return conns
+
+
+def alive(lab, server, doing):
+    """After a request failed: if the server has died, say how."""
+    code = wait_for(server.proc.poll, lambda c: c is not None, limit=1)
+    said = (server.stderr().strip().splitlines() or ["nothing"])[-1]
+    why = " (SIGSEGV: a stack ran into its guard page)" if code == -11 else ""
+    lab.expect(code is None, f"the server died, exit status {code}{why}, on "
+               f"{doing}; its stderr: {said[:100]}; watch: ./threaded 8000 & "
+               "curl -d guest-name=a -d guest-remarks=b http://127.0.0.1:8000"
+               "/guestbook")
+
+
+@grader.check(40, f"at most {LIMIT_KB} KiB of address space per thread with "
               f"{IDLE} idle clients")
 def small_stacks(lab):
-    kb, _ = per_thread_kb(lab)
-    lab.expect(kb <= LIMIT_KB, f"{kb:.0f} KiB per thread")
+    server = start(lab)
+    before = status_field(server.pid, "VmSize")
+    clients = idle_clients(server.port, IDLE)
+    threads = threads_for(lab, server, IDLE)
+    time.sleep(seconds(0.2))
+    kb = (status_field(server.pid, "VmSize") - before) / (threads - 1)
+    for c in clients:
+        c.close()
+    lab.expect(kb <= LIMIT_KB, f"{kb:.0f} KiB of address space per thread "
+               f"({threads - 1} threads): {WATCH}")
     return f"{kb:.0f} KiB per thread"
 
 
-grader.still_serves(40, env=ENV)
+@grader.check(20, f"{DEEP} clients at once through the deepest requests: "
+              "the server lives")
+def deep(lab):
+    server = start(lab)
+    for conn in deep_requests(lab, server):
+        conn.close()
+    server.stop()
+
+
+@grader.check(15, f"every stack is at least {MARGIN}x as deep as a request "
+              "went")
+def margin(lab):
+    server = start(lab)
+    conns = deep_requests(lab, server)
+    stacks = thread_stacks(server.pid)
+    for conn in conns:
+        conn.close()
+    lab.expect(stacks, "no thread stack with a guard page found in "
+               "/proc/PID/smaps")
+    size = min(s for s, _ in stacks)
+    touched = max(t for _, t in stacks)
+    lab.expect(size >= MARGIN * touched, f"{size} KiB stacks, and a request "
+               f"touched {touched} KiB of one: less than {MARGIN}x, no room "
+               f"for a deeper path or another libc; {WATCH}")
+    return f"{size} KiB stacks, {touched} KiB touched"
+
+
+@grader.check(10, "a guard page below every thread's stack")
+def guards(lab):
+    server = start(lab)
+    clients = idle_clients(server.port, DEEP)
+    threads = threads_for(lab, server, DEEP)
+    guarded = len(thread_stacks(server.pid))
+    for c in clients:
+        c.close()
+    lab.expect(guarded >= threads - 1, f"{guarded} stacks with a guard page "
+               f"for {threads - 1} threads: an overflow would overwrite "
+               "memory instead of faulting; watch: grep -B1 rw-p "
+               "/proc/PID/maps | grep -c -- ---p")
+
+
+@grader.check(15, "pages and the guestbook still served; a clean stop")
+def still_serves(lab):
+    server = start(lab)
+    for path in ("/", "/guestbook", "/style.css"):
+        try:
+            status, _ = get(server.port, path)
+        except OSError:
+            alive(lab, server, f"GET {path}")
+            raise
+        lab.expect(status == 200, f"GET {path} answered {status}")
+    server.stop()
 
 
 if __name__ == "__main__":

@@ -1,13 +1,25 @@
 #!/usr/bin/env python3
-"""Grader for the supervisor lab (labs/supervisor/README.md)."""
+"""Grader for the supervisor lab (labs/supervisor/README.md).
+
+Each check probes one way a supervisor goes wrong: deaths that pile up
+under one SIGCHLD (it replaces one), a replacement that is not recorded in
+its slot (it is not replaced in turn, nor stopped), a replacement forked
+unlike the first workers (a different signal mask, or one that does not
+serve), and a supervisor that blocks (it never takes SIGTERM). Counts, never
+speeds; every wait is generous."""
 
 import os
 import signal
+import socket
 
-from grading import (Grader, get, live_children, wait_for,  # labs/grading.py
+from grading import (Grader, HeldClients, Unmet, get,  # labs/grading.py
+                     live_children, seconds, stopped, wait_for,
                      zombie_children)
 
 WORKERS = 4
+ROUNDS = 3  # generations of replacements, each killed in turn
+WATCH = ("watch: ZEROHTTPD_WORKERS=4 ./preforked 8000 & kill -9 "
+         "$(pgrep -P $! | head -3); ps -o pid,stat --ppid $!")
 grader = Grader("supervisor")
 
 
@@ -16,43 +28,140 @@ def pool(lab):
     server = lab.start(env={"ZEROHTTPD_WORKERS": str(WORKERS)})
     started = wait_for(lambda: live_children(server.pid),
                        lambda w: len(w) == WORKERS, limit=3)
-    lab.expect(len(started) == WORKERS, f"{len(started)} workers at start")
+    lab.expect(len(started) == WORKERS, f"{len(started)} workers at start "
+               f"(ZEROHTTPD_WORKERS={WORKERS}); watch: ps -o pid,stat --ppid "
+               "PID")
     return server, started
 
 
-def kill_and_count(lab, server, victims):
-    for pid in victims:
-        os.kill(pid, signal.SIGKILL)
+def refilled(lab, server, victims, what):
+    """The pool is WORKERS live workers again, none of them a victim, and
+    no zombie: its workers' PIDs."""
     alive = wait_for(lambda: live_children(server.pid),
                      lambda w: len(w) == WORKERS and not set(w) & set(victims),
                      limit=2)
     lab.expect(len(alive) == WORKERS and not set(alive) & set(victims),
-               f"{len(alive)} workers 2 s after SIGKILL to {len(victims)}")
+               f"{len(alive)} live workers of {WORKERS} 2 s after {what}; "
+               f"{WATCH}")
     zombies = zombie_children(server.pid)
-    lab.expect(not zombies, f"{len(zombies)} zombie workers")
+    lab.expect(not zombies, f"{len(zombies)} zombie workers after {what}; "
+               f"{WATCH}")
+    return alive
 
 
-@grader.check(40, "a worker killed with SIGKILL is replaced within 2 s")
+def kill(pids):
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+
+
+def stops(lab, server):
+    """SIGTERM: the supervisor must take it and stop cleanly."""
+    try:
+        server.terminate(timeout=seconds(5))
+        server.check_exit()
+    except AssertionError as error:
+        server.cleanup()  # SIGKILL it and its workers now, not in 10 s
+        raise Unmet(f"no clean stop ({str(error)[:120]}): a supervisor stuck "
+                    "in a blocking waitpid() never takes SIGTERM, one that "
+                    "lost a worker's PID never stops it; watch: strace -p "
+                    "PID, then kill -TERM PID") from None
+
+
+def serves_beside_held(lab, server):
+    """WORKERS clients at once, WORKERS - 1 of them busy keep-alive ones
+    that hold their workers: every one must be served, each by its own
+    worker."""
+    with HeldClients(server.port, WORKERS - 1, timeout=3) as held:
+        served = held.answered  # each held client's first answer
+        try:
+            status, _ = get(server.port, "/", timeout=3)
+            served += status == 200
+        except (socket.timeout, ConnectionError):
+            pass
+    lab.expect(served == WORKERS, f"{served} of {WORKERS} clients at once "
+               f"served (each waited {seconds(3):.0f} s) by a refilled pool "
+               f"of {WORKERS} ({WORKERS - 1} of them busy keep-alive): a "
+               "replacement that does not accept (forked, but not as a "
+               "worker?); watch: curl -m 5 http://127.0.0.1:8000/ with "
+               "ZEROHTTPD_WORKERS=1 after kill -9 of the worker")
+
+
+@grader.check(20, "a worker killed with SIGKILL is replaced within 2 s")
 def replaced(lab):
     server, workers = pool(lab)
-    kill_and_count(lab, server, workers[:1])
+    kill(workers[:1])
+    refilled(lab, server, workers[:1], "SIGKILL to one worker")
 
 
-@grader.check(30, "three workers killed at once are all replaced")
-def replaced_many(lab):
+@grader.check(25, f"{WORKERS - 1} workers die at once (one SIGCHLD): all "
+              "replaced")
+def bursts(lab):
     server, workers = pool(lab)
-    kill_and_count(lab, server, workers[:3])
+    victims = workers[:WORKERS - 1]
+    with stopped(server.pid):  # the deaths pile up; signals do not queue
+        kill(victims)
+        wait_for(lambda: len(zombie_children(server.pid)),
+                 lambda n: n >= len(victims), limit=5)
+    refilled(lab, server, victims, f"{len(victims)} workers died while the "
+             "supervisor could not run (one SIGCHLD stood for all)")
 
 
-@grader.check(30, "every worker killed: the pool comes back, answers and stops "
-              "cleanly")
+@grader.check(15, f"a replacement that dies is replaced in turn, {ROUNDS} "
+              "times")
+def generations(lab):
+    server, workers = pool(lab)
+    victim = workers[-1]
+    for n in range(ROUNDS):
+        kill([victim])
+        before = set(workers)
+        workers = refilled(lab, server, [victim],
+                           f"SIGKILL to worker {victim} (round {n + 1} of "
+                           f"{ROUNDS}, each a replacement after the first): "
+                           "is each replacement's PID kept in its slot?")
+        victim = (set(workers) - before).pop()
+
+
+@grader.check(15, "replacements are forked like the first workers (signal "
+              "mask) and serve")
+def like_first(lab):
+    server, workers = pool(lab)
+    mask = status_field_text(workers[-1], "SigBlk")
+    kill(workers[:-1])
+    fresh = refilled(lab, server, workers[:-1], f"SIGKILL to {WORKERS - 1} "
+                     "workers")
+    for pid in set(fresh) - set(workers):
+        got = status_field_text(pid, "SigBlk")
+        lab.expect(got == mask, f"a replacement blocks signals {got}, the "
+                   f"first workers {mask}: it never takes SIGTERM (reuse "
+                   "spawn_worker()); watch: grep SigBlk /proc/PID/status")
+    serves_beside_held(lab, server)
+
+
+@grader.check(25, "every worker killed: the pool comes back, answers and "
+              "stops cleanly")
 def serves_after(lab):
     server, workers = pool(lab)
-    kill_and_count(lab, server, workers)  # a client caught in a dying
-    for _ in range(20):                   # worker's accept() would be lost
+    kill(workers)  # a client caught in a dying worker's accept() is lost
+    refilled(lab, server, workers, f"SIGKILL to all {WORKERS} workers")
+    for _ in range(10):
         status, _ = get(server.port, "/", timeout=3)
-        lab.expect(status == 200, f"GET / answered {status or 'nothing'}")
-    server.stop()
+        lab.expect(status == 200, f"GET / answered {status or 'nothing'} "
+                   "after the pool came back; watch: curl -i after kill -9 "
+                   "of every worker")
+    stops(lab, server)
+
+
+def status_field_text(pid, name):
+    """A field of /proc/PID/status as text (a signal mask is hex)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key == name:
+                    return value.strip()
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return "(gone)"
 
 
 if __name__ == "__main__":
