@@ -3,14 +3,15 @@
 # the servers, Redis for the guestbook, load generators and nginx for the
 # sweep, Python with pytest and matplotlib for tests and charts; taskset
 # (util-linux) for pinned sweeps, ssh and sshd for multi-host sweeps (the test
-# runs a private sshd on 127.0.0.1 and never uses the system one); then, in a
+# runs a private sshd on 127.0.0.1 and never uses the system one); strace and
+# perf (linux-perf) for make trace, which records what a server does; then, in a
 # virtualenv (.venv, git-ignored), the Python packages Debian does not have.
 # Quiet and quick when everything is present, so `make test` can always call it.
 set -euo pipefail
 
 PACKAGES=(
     build-essential redis-server uthash-dev liburing-dev
-    apache2-utils nginx wrk curl strace patch
+    apache2-utils nginx wrk curl strace linux-perf patch
     util-linux openssh-client openssh-server
     python3 python3-pytest python3-matplotlib python3-venv python3-pip
     clang clang-format libclang-rt-14-dev
