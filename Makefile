@@ -85,12 +85,14 @@ soak: deps
 # against a server, recorded by strace and perf, drawn as a timeline:
 # make trace SERVER=epoll (or SERVER=all) writes TRACE_OUT/NAME.png, .svg,
 # .txt and .json. As root: perf record -a and tracefs need it.
-TRACE_OUT ?= docs/trace
+# TRACE_ARGS="--keep DIR" also keeps the raw strace and perf output.
+TRACE_OUT  ?= docs/trace
+TRACE_ARGS ?=
 trace: deps
 	$(if $(SERVER),,$(error usage: make trace SERVER=name|all))
 	$(MAKE) all
 	py=$$(tools/python matplotlib) && "$$py" tools/trace --out $(TRACE_OUT) \
-	    $(subst $(comma), ,$(SERVER))
+	    $(TRACE_ARGS) $(subst $(comma), ,$(SERVER))
 
 # Labs (labs/README.md): `make lab LAB=zombies` writes the starter into
 # labs/work/zombies/; `make grade LAB=zombies [SRC=path/main.c]` builds it and
