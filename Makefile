@@ -85,14 +85,16 @@ soak: deps
 # against a server, recorded by strace and perf, drawn as a timeline:
 # make trace SERVER=epoll (or SERVER=all) writes TRACE_OUT/NAME.png, .svg,
 # .txt and .json. As root: perf record -a and tracefs need it.
+# SCENARIO=redis-pause or burst: another scenario (files NAME-SCENARIO.*);
 # TRACE_ARGS="--keep DIR" also keeps the raw strace and perf output.
+SCENARIO   ?= basic
 TRACE_OUT  ?= docs/trace
 TRACE_ARGS ?=
 trace: deps
 	$(if $(SERVER),,$(error usage: make trace SERVER=name|all))
 	$(MAKE) all
 	py=$$(tools/python matplotlib) && "$$py" tools/trace --out $(TRACE_OUT) \
-	    $(TRACE_ARGS) $(subst $(comma), ,$(SERVER))
+	    --scenario $(SCENARIO) $(TRACE_ARGS) $(subst $(comma), ,$(SERVER))
 
 # Labs (labs/README.md): `make lab LAB=zombies` writes the starter into
 # labs/work/zombies/; `make grade LAB=zombies [SRC=path/main.c]` builds it and

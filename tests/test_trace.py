@@ -141,3 +141,44 @@ def test_io_uring_operations_are_in_its_ring(traces):
     assert ring["enters"] >= 1, ring
     kinds = facts["syscalls_by_kind"]
     assert not kinds.get("accept") and not kinds.get("write"), kinds
+
+
+def trace_scenario(tmp_path, scenario, model="epoll"):
+    """tools/trace --scenario on one server: its facts."""
+    if os.geteuid() != 0:
+        pytest.skip("tools/trace needs root (perf record -a, tracefs)")
+    if model not in BUILT:
+        pytest.skip(f"./{model} is not built")
+    done = subprocess.run(
+        [tool_python(), str(REPO / "tools" / "trace"), "--out", str(tmp_path),
+         "--scenario", scenario, model], capture_output=True, text=True,
+        cwd=REPO, timeout=PER_SERVER_LIMIT)
+    assert done.returncode == 0, f"tools/trace failed:\n{done.stderr[-3000:]}"
+    assert (tmp_path / f"{model}-{scenario}.png").stat().st_size > 20_000
+    return json.loads((tmp_path / f"{model}-{scenario}.json").read_text())
+
+
+def test_redis_pause_holds_only_the_guestbook(tmp_path):
+    """Redis stopped from 0.3 to 1.3 s: 07 answers the guestbook clients
+    only once it is back, and meanwhile keeps serving the keep-alive
+    client's files."""
+    facts = trace_scenario(tmp_path, "redis-pause")
+    assert_served(facts)
+    resumed = facts["redis_paused"][1]
+    clients = facts["clients"].values()
+    for c in clients:
+        if c["label"] == "guestbook":
+            assert c["first_write"] > resumed, c
+    keep = [c for c in clients if c["label"] == "keep-alive"][0]
+    assert keep["first_write"] < resumed, keep
+
+
+def test_burst_is_served_in_few_wakeups(tmp_path):
+    """200 clients at once: 07 answers them all, many per wake-up."""
+    facts = trace_scenario(tmp_path, "burst")
+    assert facts["requests"] == 201, facts["requests"]
+    for name, c in facts["clients"].items():
+        assert c["error"] is None and c["statuses"] == [200], (name, c)
+        assert c["server_reads"] >= 1 and c["server_writes"] >= 1, (name, c)
+    wake = facts["clients_per_wakeup"]
+    assert wake["max"] >= 10, wake
