@@ -18,10 +18,11 @@ ASAN_CFLAGS := -std=gnu11 -O1 -g -fno-omit-frame-pointer \
 LDLIBS          := -pthread
 LDLIBS_io_uring := -luring
 PORT        ?= 8000
+comma       := ,
 
 .PHONY: all asan check-sync sync-shared format format-check deps test demo sweep \
         sweep-full sweep-table results results-check fuzz soak lab grade \
-        handout lab-bin clean
+        handout lab-bin trace clean
 all: $(BINS)
 asan: $(ASAN)
 
@@ -110,6 +111,21 @@ SOAK_ARGS ?=
 soak: deps
 	$(MAKE) all
 	py=$$(tools/python) && "$$py" loadtest/soak --no-build $(SOAK_ARGS)
+
+# See the model (tools/trace, README "Seeing the models"): one fixed scenario
+# against a server, recorded by strace and perf, drawn as a timeline:
+# make trace SERVER=epoll (or SERVER=all) writes TRACE_OUT/NAME.png, .svg,
+# .txt and .json. As root: perf record -a and tracefs need it.
+# SCENARIO=redis-pause or burst: another scenario (files NAME-SCENARIO.*);
+# TRACE_ARGS="--keep DIR" also keeps the raw strace and perf output.
+SCENARIO   ?= basic
+TRACE_OUT  ?= docs/trace
+TRACE_ARGS ?=
+trace: deps
+	$(if $(SERVER),,$(error usage: make trace SERVER=name|all))
+	$(MAKE) all
+	py=$$(tools/python matplotlib) && "$$py" tools/trace --out $(TRACE_OUT) \
+	    --scenario $(SCENARIO) $(TRACE_ARGS) $(subst $(comma), ,$(SERVER))
 
 # Labs (labs/README.md): `make lab LAB=zombies` writes the starter into
 # labs/work/zombies/; `make grade LAB=zombies [SRC=path/main.c]` builds it and

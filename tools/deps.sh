@@ -3,7 +3,8 @@
 # the servers, Redis for the guestbook, load generators and nginx for the
 # sweep, Python with pytest and matplotlib for tests and charts; taskset
 # (util-linux) for pinned sweeps, ssh and sshd for multi-host sweeps (the test
-# runs a private sshd on 127.0.0.1 and never uses the system one); unshare
+# runs a private sshd on 127.0.0.1 and never uses the system one); strace and
+# perf (linux-perf) for make trace, which records what a server does; unshare
 # (util-linux) and ip (iproute2) to run the handouts' blocks in namespaces of
 # their own (tools/lab blocks); headless Chromium, its WebDriver and Selenium
 # for the browser test (tests/browser.py runs under a Python that has
@@ -14,7 +15,7 @@ set -euo pipefail
 
 PACKAGES=(
     build-essential redis-server uthash-dev liburing-dev
-    apache2-utils nginx wrk curl strace patch
+    apache2-utils nginx wrk curl strace linux-perf patch
     util-linux iproute2 openssh-client openssh-server
     python3 python3-pytest python3-matplotlib python3-venv python3-pip
     clang clang-format libclang-rt-14-dev
