@@ -262,6 +262,22 @@ def strace_count(pid, syscalls, during):
     return counts
 
 
+def death(lab):
+    """One line on the first of the lab's servers that is no longer running
+    ("died of SIGSEGV", "exited with status 1: <its last stderr line>"), or
+    None while all run: a check that saw refused connections says why."""
+    for server in lab.servers:
+        code = server.proc.poll()
+        if code is None or server.result is not None:
+            continue  # running, or stopped by the check itself
+        if code < 0:
+            return f"the server died of {signal.Signals(-code).name}"
+        said = server.stderr().strip().splitlines()
+        return (f"the server exited with status {code}"
+                + (f": {said[-1][:160]}" if said else ""))
+    return None
+
+
 # ---- the grader ----
 
 class Grader:
