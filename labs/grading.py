@@ -275,7 +275,33 @@ def death(lab):
         said = server.stderr().strip().splitlines()
         return (f"the server exited with status {code}"
                 + (f": {said[-1][:160]}" if said else ""))
+    known = {server.stderr_path for server in lab.servers}
+    for path in sorted(lab.workdir.glob("*.stderr")):  # one that never
+        said = path.read_text(errors="replace").strip().splitlines()
+        if path not in known and said:  # got as far as lab.servers
+            return f"the server did not start: {said[-1][:160]}"
     return None
+
+
+def death_telling(grader, watch):
+    """A check decorator like grader.check(points, title), whose checks,
+    when they fail because the server died or never started, say so (see
+    death) and how to watch it happen: `watch`, e.g. "gdb --args ./fibers
+    8000", rather than the refused connection it left behind."""
+    def check(points, title):
+        def register(function):
+            def run(lab):
+                try:
+                    return function(lab)
+                except Exception as error:
+                    dead = death(lab)
+                    if dead:
+                        raise Unmet(f"{dead}; watch it: {watch}") from error
+                    raise
+            run.__name__ = function.__name__
+            return grader.check(points, title)(run)
+        return register
+    return check
 
 
 # ---- the grader ----
