@@ -267,20 +267,29 @@ def death(lab):
     ("died of SIGSEGV", "exited with status 1: <its last stderr line>"), or
     None while all run: a check that saw refused connections says why."""
     for server in lab.servers:
-        code = server.proc.poll()
-        if code is None or server.result is not None:
-            continue  # running, or stopped by the check itself
+        if server.result is not None:
+            continue  # stopped by the check itself
+        try:  # a crash closes the sockets a moment before the exit is seen
+            code = server.proc.wait(timeout=seconds(0.5))
+        except subprocess.TimeoutExpired:
+            continue  # still running
         if code < 0:
             return f"the server died of {signal.Signals(-code).name}"
         said = server.stderr().strip().splitlines()
         return (f"the server exited with status {code}"
                 + (f": {said[-1][:160]}" if said else ""))
-    known = {server.stderr_path for server in lab.servers}
-    for path in sorted(lab.workdir.glob("*.stderr")):  # one that never
-        said = path.read_text(errors="replace").strip().splitlines()
-        if path not in known and said:  # got as far as lab.servers
-            return f"the server did not start: {said[-1][:160]}"
     return None
+
+
+def start_seen(lab, env=None):
+    """lab.start(env=env), but the server is among lab.servers before it is
+    seen listening, so that death(lab) can say how one died that died as
+    it started (ServerProcess raises then, and lab.start returns nothing)."""
+    class Seen(ServerProcess):
+        def _wait_listening(self):
+            lab.servers.append(self)
+            super()._wait_listening()
+    return Seen(lab.binary, lab.site, lab.redis.port, env=env)
 
 
 def death_telling(grader, watch):
