@@ -2,7 +2,8 @@
 # Install the Debian 12 packages the suite needs: compilers and libraries for
 # the servers, Redis for the guestbook, load generators and nginx for the
 # sweep, Python with pytest and matplotlib for tests and charts; taskset
-# (util-linux) for pinned sweeps, ssh and sshd for multi-host sweeps (the test
+# (util-linux) for pinned sweeps, ss (iproute2) for the reuseport handout, ssh
+# and sshd for multi-host sweeps (the test
 # runs a private sshd on 127.0.0.1 and never uses the system one); then, in a
 # virtualenv (.venv, git-ignored), the Python packages Debian does not have.
 # Quiet and quick when everything is present, so `make test` can always call it.
@@ -10,7 +11,7 @@ set -euo pipefail
 
 PACKAGES=(
     build-essential redis-server uthash-dev liburing-dev
-    apache2-utils nginx wrk curl strace patch
+    apache2-utils nginx wrk curl strace patch iproute2
     util-linux openssh-client openssh-server
     python3 python3-pytest python3-matplotlib python3-venv python3-pip
     clang clang-format libclang-rt-14-dev
