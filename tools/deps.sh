@@ -3,8 +3,8 @@
 # the servers, Redis for the guestbook, load generators and nginx for the
 # sweep, Python with pytest and matplotlib for tests and charts; taskset
 # (util-linux) for pinned sweeps, ss (iproute2) for the reuseport handout, ssh
-# and sshd for multi-host sweeps (the test
-# runs a private sshd on 127.0.0.1 and never uses the system one); then, in a
+# and sshd for multi-host sweeps (the test runs a private sshd on 127.0.0.1
+# and never uses the system one); then, in a
 # virtualenv (.venv, git-ignored), the Python packages Debian does not have.
 # Quiet and quick when everything is present, so `make test` can always call it.
 set -euo pipefail
