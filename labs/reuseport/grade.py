@@ -73,10 +73,10 @@ def setup(sock):
 
 def started(lab):
     """The server, once every loop's listener is up (loops_start() opens
-    them after the first accepts), or 5 s."""
+    them after the first accepts), or 2 s."""
     server = start_seen(lab, env=ENV)
     wait_for(lambda: len(listening_inodes(server.port)),
-             lambda n: n >= LOOPS, limit=5)
+             lambda n: n >= LOOPS, limit=2)
     return server
 
 
