@@ -45,6 +45,11 @@ def one_page_guards(pid):
     return count
 
 
+def mappings(pid):
+    """How many mappings (VMAs) the process has."""
+    return len(Path(f"/proc/{pid}/maps").read_text().splitlines())
+
+
 @check(40, f"fibers switch: {CLIENTS} kept clients at once, pages and the "
        "guestbook")
 def switching(lab):
@@ -66,6 +71,7 @@ def guard_pages(lab):
     # Once that client's fiber is gone: the acceptor's stack alone.
     fds = settled(lambda: fd_count(server.pid), "the open descriptors")
     stacks, guards = guarded_stacks(server.pid), one_page_guards(server.pid)
+    vmas = mappings(server.pid)
     clients, answered = open_clients(server.port, CLIENTS)
     lab.expect(answered == CLIENTS, f"{answered} of {CLIENTS} answered")
     guarded = guarded_stacks(server.pid) - stacks
@@ -85,6 +91,13 @@ def guard_pages(lab):
     lab.expect(own == len(kept), f"with {len(kept)} clients left, {own} "
                "stacks have a PROT_NONE page right below them: each guard "
                f"must be below its own stack (stacks grow down); {MAPS}")
+    # Each stack left is one mapping: a guard, then the stack right above
+    # it, nothing of it below its guard.
+    added = mappings(server.pid) - vmas
+    lab.expect(added == 2 * len(kept), f"with {len(kept)} clients left, "
+               f"{added} more mappings, not 2 each (a guard, its stack right "
+               "above it): nothing of a stack's mapping may lie below its "
+               f"guard; {MAPS}")
     for s in kept:
         s.close()
     left = wait_for(lambda: one_page_guards(server.pid) - guards,
