@@ -591,9 +591,8 @@ static int loops_wanted(void)
                       MAX_LOOPS);
 }
 
-/* One more listener on the port. SO_REUSEPORT, set before bind(), lets the
- * sockets of one user share a port, each with its own accept queue.
- * (LAB reuseport) */
+/* The listener of each loop after the first: what it is decides whether
+ * the loops share one accept queue or have one each. (LAB reuseport) */
 static int open_reuseport_listener(void)
 {
     struct sockaddr_in addr = {.sin_family = AF_INET,

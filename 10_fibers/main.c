@@ -634,10 +634,9 @@ static void acceptor(void)
     }
 }
 
-/* A new fiber on the run queue: its stack mmap'd with a guard page below
- * (stacks grow down), which faults on overflow. MAP_NORESERVE: the stack
- * costs address space, and memory only as its pages are touched.
- * (LAB fibers) */
+/* A new fiber on the run queue, on a stack of its own. MAP_NORESERVE: the
+ * stack costs address space, and memory only as its pages are touched;
+ * fiber_free() unmaps all that was mapped here. (LAB fibers) */
 static bool fiber_spawn(int client_fd)
 {
     struct fiber *f = calloc(1, sizeof *f);
@@ -809,10 +808,8 @@ __asm__(".pushsection .text\n"
         ".size fiber_switch_x86_64, .-fiber_switch_x86_64\n"
         ".popsection\n");
 
-/* A new stack as the switch expects to find it: six zero registers, then
- * fiber_main as the return address, then a null "caller" above it, placed
- * so that fiber_main starts with the stack aligned as after a call.
- * (LAB fibers) */
+/* A new fiber's context: its stack made ready for the first switch to it,
+ * which must start fiber_main as if it had been called. (LAB fibers) */
 static bool context_init(struct context *c, char *stack, size_t size)
 {
     void **top = (void **)(stack + size); /* page-aligned */

@@ -274,7 +274,6 @@ def strace_count(pid, syscalls, during):
     return counts
 
 
-
 class HeldClients:
     """`count` keep-alive clients, each asking for a small file every
     `every` seconds from one thread for as long as the with-block lasts:
@@ -366,7 +365,6 @@ def cpu_seconds(pid):
     return proc_stat(pid)[3] / os.sysconf("SC_CLK_TCK")
 
 
-
 def thread_stacks(pid):
     """The guarded stacks in pid, from /proc/PID/smaps: [(size, touched)]
     in KiB for every anonymous rw-p mapping that has a one-page ---p guard
@@ -389,6 +387,58 @@ def thread_stacks(pid):
                                                                   maps[1:])
             if perms == "rw-p" and anonymous and below[2] == "---p"
             and below[1] == start and below[1] - below[0] == page]
+
+
+def death(lab):
+    """One line on the first of the lab's servers that is no longer running
+    ("died of SIGSEGV", "exited with status 1: <its last stderr line>"), or
+    None while all run: a check that saw refused connections says why."""
+    for server in lab.servers:
+        if server.result is not None:
+            continue  # stopped by the check itself
+        try:  # a crash closes the sockets a moment before the exit is seen
+            code = server.proc.wait(timeout=seconds(0.5))
+        except subprocess.TimeoutExpired:
+            continue  # still running
+        if code < 0:
+            return f"the server died of {signal.Signals(-code).name}"
+        said = server.stderr().strip().splitlines()
+        return (f"the server exited with status {code}"
+                + (f": {said[-1][:160]}" if said else ""))
+    return None
+
+
+def start_seen(lab, env=None):
+    """lab.start(env=env), but the server is among lab.servers before it is
+    seen listening, so that death(lab) can say how one died that died as
+    it started (ServerProcess raises then, and lab.start returns nothing)."""
+    class Seen(ServerProcess):
+        def _wait_listening(self):
+            lab.servers.append(self)
+            super()._wait_listening()
+    return Seen(lab.binary, lab.site, lab.redis.port, env=env)
+
+
+def death_telling(grader, watch):
+    """A check decorator like grader.check(points, title), whose checks,
+    when they fail because the server died or never started, say so (see
+    death) and how to watch it happen: `watch`, e.g. "gdb --args ./fibers
+    8000", rather than the refused connection it left behind."""
+    def check(points, title):
+        def register(function):
+            def run(lab):
+                try:
+                    return function(lab)
+                except Exception as error:
+                    dead = death(lab)
+                    if dead:
+                        raise Unmet(f"{dead}; watch it: {watch}") from error
+                    raise
+            run.__name__ = function.__name__
+            return grader.check(points, title)(run)
+        return register
+    return check
+
 
 # ---- the grader ----
 

@@ -6,7 +6,7 @@
 # runs a private sshd on 127.0.0.1 and never uses the system one); strace and
 # perf (linux-perf) for make trace, which records what a server does; unshare
 # (util-linux) and ip (iproute2) to run the handouts' blocks in namespaces of
-# their own (tools/lab blocks); headless Chromium, its WebDriver and Selenium
+# their own (tools/lab blocks), ss (iproute2) for the reuseport handout; headless Chromium, its WebDriver and Selenium
 # for the browser test (tests/browser.py runs under a Python that has
 # selenium: .venv sees apt's); then, in a
 # virtualenv (.venv, git-ignored), the Python packages Debian does not have.

@@ -1,14 +1,25 @@
 #!/usr/bin/env python3
-"""Grader for the fibers lab (labs/fibers/README.md)."""
+"""Grader for the fibers lab (labs/fibers/README.md).
 
-import time
+The switch is graded by serving: a stack laid out wrong (a register too
+many, the return address misplaced, misaligned for fiber_main) kills the
+server as its first fiber runs. The guard is graded in /proc/PID/maps: a
+PROT_NONE page right below each fiber's stack, and gone with it."""
 
-from grading import (Grader, asking_clients, get, seconds,  # labs/
-                     wait_for)
-from processes import guarded_stacks  # tests/processes.py: also the suite's
+import resource
+from pathlib import Path
+
+from grading import (Grader, asking_clients, death_telling, get,  # labs/
+                     start_seen, wait_for)
+from processes import (fd_count, guarded_stacks,  # tests/processes.py
+                       settled)
 
 CLIENTS = 200  # kept connections served at once: a fiber each
+RUN = ("gdb -ex run --args ./fibers 8000, then curl http://127.0.0.1:8000/ "
+       "from another shell; bt and info registers rsp show where it was")
+MAPS = "watch /proc/$(pgrep -x fibers)/maps under 100 kept clients"
 grader = Grader("fibers")
+check = death_telling(grader, RUN)
 
 
 def open_clients(port, count):
@@ -22,10 +33,27 @@ def open_clients(port, count):
     return clients, answered
 
 
-@grader.check(40, f"fibers switch: {CLIENTS} kept clients at once, pages and "
-              "the guestbook")
+def one_page_guards(pid):
+    """One-page PROT_NONE (---p) mappings, wherever they are: a guard each,
+    and the gaps of shared libraries (the same all along)."""
+    page = resource.getpagesize()
+    count = 0
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        fields = line.split()
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        count += fields[1] == "---p" and end - start == page
+    return count
+
+
+def mappings(pid):
+    """How many mappings (VMAs) the process has."""
+    return len(Path(f"/proc/{pid}/maps").read_text().splitlines())
+
+
+@check(40, f"fibers switch: {CLIENTS} kept clients at once, pages and the "
+       "guestbook")
 def switching(lab):
-    server = lab.start()
+    server = start_seen(lab)
     for path in ("/", "/guestbook", "/style.css"):
         status, _ = get(server.port, path)
         lab.expect(status == 200, f"GET {path} answered {status}")
@@ -35,23 +63,48 @@ def switching(lab):
     lab.expect(answered == CLIENTS, f"{answered} of {CLIENTS} answered")
 
 
-@grader.check(40, f"each of {CLIENTS} fibers' stacks has a guard page below "
-              "it, unmapped when its client leaves")
+@check(40, f"each of {CLIENTS} fibers' stacks has its own PROT_NONE page "
+       "right below it, unmapped with the stack")
 def guard_pages(lab):
-    server = lab.start()
+    server = start_seen(lab)
     lab.expect(get(server.port, "/")[0] == 200, "GET / failed")
-    time.sleep(seconds(0.2))
-    before = guarded_stacks(server.pid)
+    # Once that client's fiber is gone: the acceptor's stack alone.
+    fds = settled(lambda: fd_count(server.pid), "the open descriptors")
+    stacks, guards = guarded_stacks(server.pid), one_page_guards(server.pid)
+    vmas = mappings(server.pid)
     clients, answered = open_clients(server.port, CLIENTS)
     lab.expect(answered == CLIENTS, f"{answered} of {CLIENTS} answered")
-    guarded = guarded_stacks(server.pid) - before
-    for s in clients:
+    guarded = guarded_stacks(server.pid) - stacks
+    lab.expect(guarded == CLIENTS, f"{guarded} stacks of {CLIENTS} have a "
+               f"PROT_NONE (---p) page right below them: {MAPS}")
+    # Every other client leaves: the stacks left are apart, so each guard
+    # seen below one is its own (a guard on top of each stack, "stacks grow
+    # up", sat below its neighbour's stack until the neighbour left).
+    for s in clients[::2]:
         s.close()
-    lab.expect(guarded == CLIENTS, f"{guarded} guarded stacks for {CLIENTS} "
-               "clients")
-    left = wait_for(lambda: guarded_stacks(server.pid) - before,
+    kept = clients[1::2]
+    wait_for(lambda: fd_count(server.pid), lambda n: n <= fds + len(kept),
+             limit=5)
+    wait_for(lambda: one_page_guards(server.pid),
+             lambda n: n <= guards + len(kept), limit=10)
+    own = guarded_stacks(server.pid) - stacks
+    lab.expect(own == len(kept), f"with {len(kept)} clients left, {own} "
+               "stacks have a PROT_NONE page right below them: each guard "
+               f"must be below its own stack (stacks grow down); {MAPS}")
+    # Each stack left is one mapping: a guard, then the stack right above
+    # it, nothing of it below its guard.
+    added = mappings(server.pid) - vmas
+    lab.expect(added == 2 * len(kept), f"with {len(kept)} clients left, "
+               f"{added} more mappings, not 2 each (a guard, its stack right "
+               "above it): nothing of a stack's mapping may lie below its "
+               f"guard; {MAPS}")
+    for s in kept:
+        s.close()
+    left = wait_for(lambda: one_page_guards(server.pid) - guards,
                     lambda n: n <= 0, limit=5)
-    lab.expect(left <= 0, f"{left} stacks still mapped after the clients left")
+    lab.expect(left <= 0, f"{left} guard pages still mapped after every "
+               "client left (each fiber_free must unmap its guard with its "
+               f"stack): {MAPS}, then after they leave")
 
 
 grader.still_serves(20)
