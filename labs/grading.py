@@ -237,13 +237,13 @@ def wait_for(measure, wanted, limit):
     return value
 
 
-def strace_count(pid, syscalls, during):
-    """Runs during() while strace counts the server's calls (every thread
-    and child); returns {syscall: calls}."""
+def _strace(pid, syscalls, during, *options):
+    """Runs during() with strace (options, e.g. -c) attached to pid, every
+    thread and child, tracing syscalls: what strace wrote."""
     out = tempfile.NamedTemporaryFile(suffix=".strace", delete=False)
     out.close()
     tracer = subprocess.Popen(
-        ["strace", "-f", "-c", "-q", "-o", out.name, "-e",
+        ["strace", "-f", *options, "-q", "-o", out.name, "-e",
          "trace=" + ",".join(syscalls), "-p", str(pid)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
@@ -253,13 +253,32 @@ def strace_count(pid, syscalls, during):
     finally:
         tracer.send_signal(2)  # SIGINT: detach and write the table
         tracer.wait(timeout=seconds(10))
+    text = Path(out.name).read_text()
+    os.unlink(out.name)
+    return text
+
+
+def strace_count(pid, syscalls, during):
+    """Runs during() while strace counts the server's calls (every thread
+    and child); returns {syscall: calls}."""
     counts = {}
-    for line in Path(out.name).read_text().splitlines():
+    for line in _strace(pid, syscalls, during, "-c").splitlines():
         fields = line.split()
         if len(fields) >= 5 and fields[-1] in syscalls:
             counts[fields[-1]] = int(fields[3])
-    os.unlink(out.name)
     return counts
+
+
+def strace_calls(pid, syscall, during):
+    """Runs during() while strace logs each of the server's calls to
+    syscall (every thread): a list with each call's arguments as strace
+    prints them, e.g. ["3, 5, 1, IORING_ENTER_GETEVENTS, ...", ...]."""
+    calls = []
+    for line in _strace(pid, [syscall], during).splitlines():
+        start = line.find(syscall + "(")
+        if start >= 0:  # a call (or its first half, if <unfinished ...>)
+            calls.append(line[start + len(syscall) + 1:])
+    return calls
 
 
 # ---- the grader ----
