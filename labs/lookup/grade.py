@@ -19,7 +19,7 @@ from rawhttp import open_asking  # tests/rawhttp.py
 
 IDLE = 5000  # idle keep-alive clients beside the busy ones
 REQUESTS = 20000  # keep-alive requests for /, 50 at a time
-CLOSES = 6000  # idle clients that hang up, in a shuffled order
+CLOSES = 6000  # clients with a request begun that hang up, shuffled
 RATIO = 2.0  # user CPU against the reference, at most
 CHURN = 100  # clients open at once while half of them come and go
 ROUNDS = 4
