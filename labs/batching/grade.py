@@ -8,11 +8,10 @@ measured per turn, not only per request, so submitting every 8th entry or
 once more per turn shows. The ring must be the reference's (no SQPOLL
 kernel thread submitting for the server)."""
 
-import os
 from pathlib import Path
 
-from grading import (Grader, keepalive_load, strace_calls,  # labs/
-                     strace_count)
+from grading import (Grader, descriptors, keepalive_load,  # labs/grading.py
+                     strace_calls, strace_count)
 
 REQUESTS = 4000  # keep-alive requests for /, 50 at a time
 PER_REQUEST = 0.5  # io_uring_enter calls per request; batched is near 0.1
@@ -29,12 +28,11 @@ def ring_server(lab):
     server = lab.start()
     reason = lab.binary.unavailable()
     lab.expect(reason is None, f"io_uring is not available here: {reason}")
-    fds = Path(f"/proc/{server.pid}/fd")
-    rings = [fd.name for fd in fds.iterdir()
-             if os.readlink(fd) == "anon_inode:[io_uring]"]
+    rings = [fd for fd, what in descriptors(server.pid).items()
+             if what == "anon_inode:[io_uring]"]
     lab.expect(rings, "no io_uring descriptor in /proc/PID/fd")
     for fd in rings:
-        info = (fds.parent / "fdinfo" / fd).read_text()
+        info = Path(f"/proc/{server.pid}/fdinfo/{fd}").read_text()
         lab.expect("SqThread:\t-1" in info,
                    f"the ring has an SQPOLL thread (SqThread in /proc/"
                    f"{server.pid}/fdinfo/{fd}): a kernel thread submitting "

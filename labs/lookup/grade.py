@@ -8,13 +8,12 @@ Churn then checks that the hash and the slots stay right while connections
 come and go: a stale entry or a wrong slot loses a client. The server must
 still be poll()'s: an epoll descriptor cannot stand in for the lookup."""
 
-import os
 import random
-from pathlib import Path
 
 from grading import (Grader, asking_clients, big_file,  # labs/grading.py
-                     build_reference, keepalive_load, kept_clients,
-                     raise_open_file_limit, user_ticks, wait_for)
+                     build_reference, descriptors, keepalive_load,
+                     kept_clients, raise_open_file_limit, user_ticks,
+                     wait_for)
 from rawhttp import open_asking  # tests/rawhttp.py
 
 IDLE = 5000  # idle keep-alive clients beside the busy ones
@@ -55,10 +54,6 @@ def against_reference(lab, load, clients, what):
     return f"{yours} ticks against the reference's {ref}"
 
 
-def open_fds(pid):
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
 def close_all(lab, server, idle):
     """Every idle client hangs up, in a shuffled order, and the server
     closes its side of each: one unwatch_fd per client, each filling its
@@ -67,7 +62,7 @@ def close_all(lab, server, idle):
     rng.shuffle(idle)
     for s in idle:
         s.close()
-    left = wait_for(lambda: open_fds(server.pid),
+    left = wait_for(lambda: len(descriptors(server.pid)),
                     lambda n: n < len(idle) // 100 + 20, 20)
     lab.expect(left < len(idle) // 100 + 20, f"{left} descriptors still "
                f"open 20 s after {len(idle)} clients hung up")
@@ -124,9 +119,8 @@ def churn_round(port, conns, rng):
 def churn_keeps_owners(lab):
     server = lab.start()
     big_file(lab, 1 << 20)
-    fds = Path(f"/proc/{server.pid}/fd")
-    lab.expect(not any(os.readlink(fd) == "anon_inode:[eventpoll]"
-                       for fd in fds.iterdir()),
+    lab.expect("anon_inode:[eventpoll]" not in
+               descriptors(server.pid).values(),
                "the server holds an epoll descriptor: the lab is poll()'s "
                "lookup (ls -l /proc/PID/fd)")
     rng = random.Random(21)

@@ -148,7 +148,8 @@ def slow_but_legitimate(port, kind):
 
 
 @grader.check(30, "slow but legitimate clients are served: a head sent over "
-              "7 s, a first request after 3 s silent, a keep-alive pause of 3 s")
+              "7 s, a first request after 3 s silent, a keep-alive pause of "
+              "3 s")
 def slow_clients_served(lab):
     server = pool_server(lab)
     kinds = ["trickle", "late", "pause"]
