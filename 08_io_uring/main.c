@@ -639,13 +639,13 @@ static void backend_init(void)
     pbuf_init();
 }
 
-/* The next submission slot, its user_data the owner's address | kind. A
- * full ring is submitted early. Entries are issued in the order queued:
- * closing a descriptor behind the operations that name it relies on it.
- * Nothing is submitted here otherwise: the loop submits once a turn, for
- * every client at once (that is the batching). (LAB batching) */
+/* The next submission slot, its user_data the owner's address | kind.
+ * Entries are issued in the order queued: closing a descriptor behind the
+ * operations that name it relies on it. (LAB batching) */
 static struct io_uring_sqe *new_sqe(void *owner, enum op op)
 {
+    /* Nothing is submitted here but a full ring: the loop submits once a
+     * turn, for every client at once (that is the batching). */
     struct io_uring_sqe *sqe = io_uring_get_sqe(&loop.ring);
     if (!sqe) {
         int err = io_uring_submit(&loop.ring);

@@ -249,28 +249,40 @@ def wait_for(measure, wanted, limit):
     return value
 
 
-def strace_count(pid, syscalls, during):
-    """Runs during() while strace counts the server's calls (every thread
-    and child); returns {syscall: calls}."""
+def _strace(pid, syscalls, during, *options):
+    """Runs during() with strace (options, e.g. -f for every thread and
+    child, -c to count) attached to pid, tracing syscalls: what strace
+    wrote. A tracer that cannot attach (ptrace not permitted) says so."""
     out = tempfile.NamedTemporaryFile(suffix=".strace", delete=False)
     out.close()
     tracer = subprocess.Popen(
-        ["strace", "-f", "-c", "-q", "-o", out.name, "-e",
+        ["strace", *options, "-q", "-o", out.name, "-e",
          "trace=" + ",".join(syscalls), "-p", str(pid)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
+        stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(seconds(0.5))  # attached to every thread by now
+        if tracer.poll() is not None:  # e.g. ptrace not permitted
+            raise RuntimeError("strace could not attach: "
+                               + tracer.stderr.read().strip()[:200])
         during()
     finally:
         tracer.send_signal(2)  # SIGINT: detach and write the table
         tracer.wait(timeout=seconds(10))
+        tracer.stderr.close()
+    text = Path(out.name).read_text()
+    os.unlink(out.name)
+    return text
+
+
+def strace_count(pid, syscalls, during):
+    """Runs during() while strace counts the server's calls (every thread
+    and child); returns {syscall: calls}."""
     counts = {}
-    for line in Path(out.name).read_text().splitlines():
+    for line in _strace(pid, syscalls, during, "-f", "-c").splitlines():
         fields = line.split()
         if len(fields) >= 5 and fields[-1] in syscalls:
             counts[fields[-1]] = int(fields[3])
-    os.unlink(out.name)
     return counts
 
 
@@ -337,25 +349,8 @@ def strace_returns(pid, syscall, during):
     """Runs during() while strace watches one syscall of pid's main thread
     alone (not its children or other threads); returns the list of its
     return values (-1 for an error), in order."""
-    out = tempfile.NamedTemporaryFile(suffix=".strace", delete=False)
-    out.close()
-    tracer = subprocess.Popen(
-        ["strace", "-q", "-o", out.name, "-e", "trace=" + syscall, "-p",
-         str(pid)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True)
-    try:
-        time.sleep(seconds(0.5))  # attached by now
-        if tracer.poll() is not None:  # e.g. ptrace not permitted
-            raise RuntimeError("strace could not attach: "
-                               + tracer.stderr.read().strip()[:200])
-        during()
-    finally:
-        tracer.send_signal(2)  # SIGINT: detach
-        tracer.wait(timeout=seconds(10))
-        tracer.stderr.close()
     found = re.findall(rf"^{syscall}\(.*\)\s+=\s+(-?\d+)",
-                       Path(out.name).read_text(), re.M)
-    os.unlink(out.name)
+                       _strace(pid, [syscall], during), re.M)
     return [int(value) for value in found]
 
 
@@ -438,6 +433,31 @@ def death_telling(grader, watch):
             return grader.check(points, title)(run)
         return register
     return check
+
+
+def strace_calls(pid, syscall, during):
+    """Runs during() while strace logs each of the server's calls to
+    syscall (every thread): a list with each call's arguments as strace
+    prints them, e.g. ["3, 5, 1, IORING_ENTER_GETEVENTS, ...", ...]."""
+    calls = []
+    for line in _strace(pid, [syscall], during, "-f").splitlines():
+        start = line.find(syscall + "(")
+        if start >= 0:  # a call (or its first half, if <unfinished ...>)
+            calls.append(line[start + len(syscall) + 1:])
+    return calls
+
+
+def descriptors(pid):
+    """{fd: what it is} for pid's open descriptors, as /proc/PID/fd links
+    name them (e.g. "anon_inode:[io_uring]", "socket:[123]"); one closed
+    while listed is left out."""
+    found = {}
+    for link in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            found[int(link.name)] = os.readlink(link)
+        except FileNotFoundError:
+            pass
+    return found
 
 
 # ---- the grader ----

@@ -1,21 +1,39 @@
 #!/usr/bin/env python3
-"""Grader for the lookup lab (labs/lookup/README.md)."""
+"""Grader for the lookup lab (labs/lookup/README.md).
 
-from grading import (Grader, build_reference, keepalive_load,  # labs/
-                     kept_clients, raise_open_file_limit, user_ticks)
+Both lookups are timed against the reference in the same run: finding the
+owner of a ready fd (keep-alive load) and finding the entry that moves into
+a hole (every request on its own connection, so every request closes one).
+Churn then checks that the hash and the slots stay right while connections
+come and go: a stale entry or a wrong slot loses a client. The server must
+still be poll()'s: an epoll descriptor cannot stand in for the lookup."""
+
+import random
+
+from grading import (Grader, asking_clients, big_file,  # labs/grading.py
+                     build_reference, descriptors, keepalive_load,
+                     kept_clients, raise_open_file_limit, user_ticks,
+                     wait_for)
+from rawhttp import open_asking  # tests/rawhttp.py
 
 IDLE = 5000  # idle keep-alive clients beside the busy ones
 REQUESTS = 20000  # keep-alive requests for /, 50 at a time
-RATIO = 2.0  # user CPU per request against the reference, at most
+CLOSES = 6000  # clients with a request begun that hang up, shuffled
+RATIO = 2.0  # user CPU against the reference, at most
+CHURN = 100  # clients open at once while half of them come and go
+ROUNDS = 4
+ASK = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+HALF = ASK[:-2]  # a request begun: the server holds it 10 s, not 5
 grader = Grader("lookup")
 
 
-def user_cpu_under_load(lab, binary=None):
-    """The server's user CPU (ticks) for REQUESTS with IDLE clients open."""
+def user_cpu_under_load(lab, load, clients, binary=None):
+    """The server's user CPU (ticks) for load(lab, server, idle) with the
+    idle clients(port) open (their sockets; load may close them)."""
     server = lab.start(binary=binary)
-    idle = kept_clients(server.port, IDLE)
+    idle = clients(server.port)
     before = user_ticks(server.pid)
-    keepalive_load(lab, server.port, REQUESTS)
+    load(lab, server, idle)
     ticks = user_ticks(server.pid) - before
     for s in idle:
         s.close()
@@ -23,19 +41,115 @@ def user_cpu_under_load(lab, binary=None):
     return ticks
 
 
-@grader.check(70, f"user CPU per request with {IDLE} idle clients at most "
-              f"{RATIO:g}x the reference's, measured in the same run")
-def lookup_is_cheap(lab):
-    raise_open_file_limit()
+def against_reference(lab, load, clients, what):
+    """The student's user CPU for load against the reference's, measured in
+    the same run; fails past RATIO."""
     reference = build_reference("06_poll", lab.workdir)
-    yours = user_cpu_under_load(lab)
-    ref = user_cpu_under_load(lab, reference)
+    yours = user_cpu_under_load(lab, load, clients)
+    ref = user_cpu_under_load(lab, load, clients, reference)
     lab.expect(yours <= RATIO * ref + 5,  # 5 ticks: 50 ms of slack
-               f"{yours} ticks of user CPU against the reference's {ref}")
+               f"{yours} ticks of user CPU against the reference's {ref} "
+               f"for {what}; watch it: the handout's idle clients, then "
+               "perf top -p $(pgrep -x poll)")
     return f"{yours} ticks against the reference's {ref}"
 
 
-grader.still_serves(30)
+def close_all(lab, server, idle):
+    """Every idle client hangs up, in a shuffled order, and the server
+    closes its side of each: one unwatch_fd per client, each filling its
+    hole with the array's last entry."""
+    rng = random.Random(21)
+    rng.shuffle(idle)
+    for s in idle:
+        s.close()
+    left = wait_for(lambda: len(descriptors(server.pid)),
+                    lambda n: n < len(idle) // 100 + 20, 20)
+    lab.expect(left < len(idle) // 100 + 20, f"{left} descriptors still "
+               f"open 20 s after {len(idle)} clients hung up")
+
+
+@grader.check(35, f"finding the owner of a ready fd: user CPU for {REQUESTS} "
+              f"keep-alive requests with {IDLE} idle clients at most "
+              f"{RATIO:g}x the reference's")
+def lookup_is_cheap(lab):
+    raise_open_file_limit()
+    return against_reference(
+        lab, lambda lab, server, idle: keepalive_load(lab, server.port,
+                                                      REQUESTS),
+        lambda port: kept_clients(port, IDLE),
+        f"{REQUESTS} keep-alive requests beside {IDLE} idle clients")
+
+
+@grader.check(25, "finding the entry that fills a hole: user CPU while "
+              f"{CLOSES} clients hang up at most {RATIO:g}x the reference's")
+def churn_is_cheap(lab):
+    count = min(CLOSES, raise_open_file_limit() - 100)
+    return against_reference(
+        lab, close_all, lambda port: asking_clients(port, count, HALF),
+        f"{count} clients hanging up (one unwatch_fd each)")
+
+
+def churn_round(port, conns, rng):
+    """Half of conns hang up (the server's entries move into the holes),
+    as many new clients ask and are answered, then every open client asks
+    once more (every tenth for a large file, which needs POLLOUT on its
+    entry): how many of those were not answered."""
+    rng.shuffle(conns)
+    for c in conns[:CHURN // 2]:
+        c.close()
+    del conns[:CHURN // 2]
+    for c in open_asking(port, CHURN // 2, conns, ASK, timeout=5)[-(
+            CHURN // 2):]:
+        c.read_response()
+    for k, c in enumerate(conns):
+        c.send(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" %
+               (b"/big.bin" if k % 10 == 0 else b"/notes.txt"))
+    lost = 0
+    for c in conns:
+        try:
+            lost += c.read_response().status != 200
+        except (AssertionError, OSError):  # cut, or never answered
+            lost += 1
+    return lost
+
+
+@grader.check(30, f"{CHURN} keep-alive clients, half of them replaced "
+              f"{ROUNDS} times: every client still open is answered, "
+              "large files too")
+def churn_keeps_owners(lab):
+    server = lab.start()
+    big_file(lab, 1 << 20)
+    lab.expect("anon_inode:[eventpoll]" not in
+               descriptors(server.pid).values(),
+               "the server holds an epoll descriptor: the lab is poll()'s "
+               "lookup (ls -l /proc/PID/fd)")
+    rng = random.Random(21)
+    conns = []
+    watch = ("a watch hashed twice or never deleted, or a moved entry's slot "
+             "not updated, loses its owner; watch it: gdb -p $(pgrep -x "
+             "poll), break unwatch_fd, print polled.fds[w->slot].fd against "
+             "w->fd as clients come and go")
+    try:
+        for turn in range(ROUNDS + 1):  # round 0: the first clients
+            try:
+                lost = (churn_round(server.port, conns, rng) if turn else
+                        sum(c.read_response().status != 200 for c in
+                            open_asking(server.port, CHURN, conns, ASK, 5)))
+            except (AssertionError, OSError) as error:
+                lost = f"the server stopped answering ({error})"[:80]
+            died = server.proc.poll()
+            lab.expect(died is None, f"the server died (exit {died}) in "
+                       f"churn round {turn}: {watch}")
+            if not isinstance(lost, str):
+                lost = f"{lost} of {len(conns)} open clients lost"
+            lab.expect(lost.startswith("0 of"), f"churn round {turn}: {lost}: "
+                       f"{watch}")
+    finally:
+        for c in conns:
+            c.close()
+
+
+grader.still_serves(10)
 
 
 if __name__ == "__main__":
