@@ -27,7 +27,7 @@ GONE_PAGES = 30  # pages asked of a dead Redis, one every GONE_EVERY s
 GONE_EVERY = 0.05
 GONE_CONNECTS = 10  # connects allowed for them: the backoff makes about 5
 PAGE = b"GET /guestbook HTTP/1.0\r\n\r\n"
-STALL_HOW = ("watch it: ./epoll 8000 & redis-cli DEBUG SLEEP 3 & then curl -w "
+STALL_HOW = ("watch it: redis-cli CLIENT PAUSE 3000, then curl -w "
              "'%{time_total}\\n' http://127.0.0.1:8000/guestbook")
 grader = Grader("redis-fifo")
 
@@ -171,7 +171,7 @@ def pause_sat_out(lab):
     lab.expect(statuses == [200] * 5,
                f"answers {statuses} after a {PAUSE} s pause of Redis, which "
                "has REDIS_TIMEOUT_MS (1 s) to answer: the reply clock is too "
-               "short; watch it: redis-cli DEBUG SLEEP 0.25 & curl -i "
+               "short; watch it: redis-cli CLIENT PAUSE 250; curl -i "
                "http://127.0.0.1:8000/guestbook")
 
 
