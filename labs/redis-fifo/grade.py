@@ -107,7 +107,8 @@ def link_ready(lab, server):
     """One guestbook page, so the server holds its link to Redis."""
     status = get(server.port, "/guestbook")[0]
     lab.expect(status == 200, f"GET /guestbook answered {status} with Redis "
-               "up")
+               "up and idle: is the reply clock too short, or the client not "
+               "parked? watch it: curl -i http://127.0.0.1:8000/guestbook")
 
 
 @grader.check(40, f"Redis stalled, {WAITERS} pages waiting: static files "
