@@ -103,6 +103,12 @@ def redis_connections(lab):
     return int(info.split("total_connections_received:")[1].split()[0])
 
 
+def died_how(code):
+    """A Popen return code, in words."""
+    return (f"killed by {signal.Signals(-code).name}" if code < 0
+            else f"exit {code}")
+
+
 def link_ready(lab, server):
     """One guestbook page, so the server holds its link to Redis."""
     status = get(server.port, "/guestbook")[0]
@@ -191,6 +197,11 @@ def dead_redis_backoff(lab):
     try:
         calls = strace_count(server.pid, ["connect"], lambda: answers.extend(
             answer_times(server.port, GONE_PAGES, GONE_EVERY, limit=2)))
+    except ConnectionRefusedError:
+        code = server.proc.wait(timeout=seconds(5))
+        lab.expect(False, f"the server died ({died_how(code)}) once Redis "
+                   "was gone: a client still in the FIFO after its 503? run "
+                   "it under make asan and stop redis-server")
     finally:
         holder.close()
     statuses = sorted({status for status, _ in answers})
