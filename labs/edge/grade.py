@@ -31,6 +31,8 @@ EPOLLONESHOT = 1 << 30
 REMARK = "x" * 1500  # 100 of these: an LRANGE reply of about 150 KB
 REFUSED_BODY = 60000  # over MAX_BODY (413), under LINGER_MAX_BYTES (64 KiB)
 LINGERERS = 3
+HALF_CLOSED = (1, 10, 1000)  # requests from each client before its FIN (as
+# the check's title says)
 CTL_REQUESTS = 2000  # ab -k requests while epoll_ctl() is counted
 CTL_PER_REQUEST = 0.25  # allowed per request (level or edge: about 0.02)
 PIPE_HOW = ("watch it: the handout's pipelining one-liner against ./epoll "
@@ -138,7 +140,7 @@ def pipelined(lab):
     return f"{PIPELINED} answered in {took:.1f} s"
 
 
-@grader.check(10, "an 8 MiB file reaches a client in full")
+@grader.check(5, "an 8 MiB file reaches a client in full")
 def big_download(lab):
     path = big_file(lab)
     server = lab.start()
@@ -205,6 +207,28 @@ def linger_drained(lab):
                "http://127.0.0.1:8000/")
 
 
+@grader.check(10, "clients that send 1, 10 and 1,000 pipelined requests, "
+              "then a FIN (half-close): all answered")
+def half_closed(lab):
+    server = lab.start()
+    socks = []
+    for count in HALF_CLOSED:  # at once: the FIN is in before any answer
+        s = socket.create_connection(("127.0.0.1", server.port),
+                                     timeout=seconds(5))
+        s.sendall(HEAD * count)
+        s.shutdown(socket.SHUT_WR)
+        socks.append(s)
+    got = [responses(s, count, limit=SILENCE)
+           for s, count in zip(socks, HALF_CLOSED)]
+    for s in socks:
+        s.close()
+    lab.expect(got == list(HALF_CLOSED),
+               f"answered {got} of {list(HALF_CLOSED)} requests sent before "
+               "a FIN: draining to EOF closed the connection before the "
+               "requests already read were answered; watch it: the handout's "
+               "pipelining one-liner with s.shutdown(1) after its sendall")
+
+
 @grader.check(10, f"at most {CTL_PER_REQUEST} epoll_ctl() per request under "
               "ab -k (no re-arming on every call)")
 def few_epoll_ctl(lab):
@@ -221,7 +245,7 @@ def few_epoll_ctl(lab):
     return f"{per:.3f} epoll_ctl() per request"
 
 
-@grader.check(10, "a request sent one byte at a time")
+@grader.check(5, "a request sent one byte at a time")
 def bytewise(lab):
     server = lab.start()
     with socket.create_connection(("127.0.0.1", server.port)) as s:
