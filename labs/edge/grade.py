@@ -17,8 +17,9 @@ import threading
 import time
 from pathlib import Path
 
-from grading import (Grader, big_file, get, kept_clients,  # labs/grading.py
-                     keepalive_load, seconds, strace_count)
+from grading import (Grader, asking_clients, big_file,  # labs/grading.py
+                     get, kept_clients, keepalive_load, seconds,
+                     status_field, strace_count, wait_for)
 
 PIPELINED = 20000  # HEAD requests in one go: 560 KB, more than a request
 # buffer holds, even one enlarged so that "any pipeline fits"
@@ -31,6 +32,8 @@ EPOLLONESHOT = 1 << 30
 REMARK = "x" * 1500  # 100 of these: an LRANGE reply of about 150 KB
 REFUSED_BODY = 60000  # over MAX_BODY (413), under LINGER_MAX_BYTES (64 KiB)
 LINGERERS = 3
+HALF_HEADS = 100  # clients that each hold half a request, buffered
+BUFFER_KIB = 64  # address space allowed for each (the reference: 24)
 HALF_CLOSED = (1, 10, 1000)  # requests from each client before its FIN (as
 # the check's title says)
 CTL_REQUESTS = 2000  # ab -k requests while epoll_ctl() is counted
@@ -81,7 +84,7 @@ def send_quietly(sock, data):
         pass
 
 
-@grader.check(15, "every watched descriptor is edge-triggered (EPOLLET, not "
+@grader.check(10, "every watched descriptor is edge-triggered (EPOLLET, not "
               "EPOLLONESHOT): listener, clients, the Redis link")
 def edge_triggered(lab):
     server = lab.start()
@@ -138,6 +141,24 @@ def pipelined(lab):
                f"answered per client {got} of {BURST_EACH} each, {BURST} "
                "clients at once: " + PIPE_HOW)
     return f"{PIPELINED} answered in {took:.1f} s"
+
+
+@grader.check(5, f"{HALF_HEADS} clients holding half a request cost at most "
+              f"{BUFFER_KIB} KiB each (the 24 KiB request buffer stays)")
+def buffer_bounded(lab):
+    server = lab.start()
+    before = status_field(server.pid, "VmSize")
+    socks = asking_clients(server.port, HALF_HEADS, b"GET / HTTP/1.1\r\n")
+    grown = wait_for(lambda: status_field(server.pid, "VmSize") - before,
+                     lambda kib: kib >= HALF_HEADS * 20, limit=2)
+    for s in socks:
+        s.close()
+    each = grown / HALF_HEADS
+    lab.expect(each <= BUFFER_KIB, f"{each:.0f} KiB of address space per "
+               "client holding half a request: a bigger request buffer only "
+               "moves the stall to a longer pipeline; watch it: grep VmSize "
+               "/proc/$(pgrep -x epoll)/status while clients hold requests")
+    return f"{each:.0f} KiB per client"
 
 
 @grader.check(5, "an 8 MiB file reaches a client in full")
