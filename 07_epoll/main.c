@@ -1219,9 +1219,8 @@ static bool redis_connect(void)
     return true;
 }
 
-/* Queues c's next command (sent at the end of this loop iteration, with
- * everyone else's) and parks c in the FIFO until its reply. Redis down and
- * not yet due for a retry: 503 at once. (LAB redis-fifo) */
+/* Hands c's next command to Redis. c hears back through guestbook_next()
+ * when its reply comes, or is answered 503. (LAB redis-fifo) */
 static void redis_queue(struct conn *c, int argc, const char *const argv[])
 {
     struct redis *rd = &loop.redis;

@@ -1,17 +1,45 @@
 #!/usr/bin/env python3
-"""Grader for the edge lab (labs/edge/README.md)."""
+"""Grader for the edge lab (labs/edge/README.md).
+
+Under edge triggering a handler that stops before EAGAIN is not called
+again for the bytes it left, unless something new arrives. Each check
+leaves bytes where one handler would stop early and nothing new will come:
+a pipeline longer than the request buffer (one client, then a burst of
+them), a Redis reply many reads long, a refused body to drain before
+closing, an 8 MiB file. The setting itself is checked in /proc (every
+watched descriptor EPOLLET), and so is what edge triggering is for: few
+epoll_ctl() calls, so re-arming on every call cannot stand in for the
+work."""
 
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 
-from grading import (Grader, big_file, get, kept_clients,  # labs/grading.py
-                     seconds)
+from grading import (Grader, asking_clients, big_file,  # labs/grading.py
+                     get, kept_clients, keepalive_load, seconds,
+                     status_field, strace_count, wait_for)
 
-PIPELINED = 3000  # HEAD requests in one send: more than one recv() holds
+PIPELINED = 20000  # HEAD requests in one go: 560 KB, more than a request
+# buffer holds, even one enlarged so that "any pipeline fits"
+SILENCE = 3  # seconds without an answer that count as a stall
+BURST = 8  # clients at once, each pipelining BURST_EACH requests (28 KB,
+BURST_EACH = 1000  # more than the 24 KiB request buffer)
+HEAD = b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n"
 EPOLLET = 1 << 31
+EPOLLONESHOT = 1 << 30
 REMARK = "x" * 1500  # 100 of these: an LRANGE reply of about 150 KB
+REFUSED_BODY = 60000  # over MAX_BODY (413), under LINGER_MAX_BYTES (64 KiB)
+LINGERERS = 3
+HALF_HEADS = 100  # clients that each hold half a request, buffered
+BUFFER_KIB = 64  # address space allowed for each (the reference: 24)
+HALF_CLOSED = (1, 10, 1000)  # requests from each client before its FIN (as
+# the check's title says)
+CTL_REQUESTS = 2000  # ab -k requests while epoll_ctl() is counted
+CTL_PER_REQUEST = 0.25  # allowed per request (level or edge: about 0.02)
+PIPE_HOW = ("watch it: the handout's pipelining one-liner against ./epoll "
+            "8000 (more HEADs if your request buffer is bigger)")
 grader = Grader("edge")
 
 
@@ -29,49 +57,119 @@ def epoll_interest(pid):
 
 
 def responses(sock, count, limit):
-    """How many responses of `count` arrive within `limit` seconds."""
+    """How many responses of `count` arrive before the server falls silent
+    for `limit` seconds, closes or resets the connection."""
     sock.settimeout(seconds(limit))
-    data = b""
+    mark = b"HTTP/1.1 "
+    seen, tail = 0, b""  # counted so far; the last bytes, for a split mark
     try:
-        while data.count(b"HTTP/1.1 ") < count:
+        while seen < count:
             chunk = sock.recv(1 << 20)
             if not chunk:
                 break
-            data += chunk
-    except socket.timeout:
+            data = tail + chunk
+            seen += data.count(mark)
+            tail = data[-(len(mark) - 1):]
+    except (socket.timeout, ConnectionResetError):
         pass
-    return data.count(b"HTTP/1.1 ")
+    return seen
 
 
-@grader.check(30, "client sockets are watched edge-triggered (EPOLLET)")
+def send_quietly(sock, data):
+    """sendall() for a thread: a connection the server stalled or closed
+    is the check's to report, not the thread's."""
+    try:
+        sock.sendall(data)
+    except OSError:
+        pass
+
+
+@grader.check(10, "every watched descriptor is edge-triggered (EPOLLET, not "
+              "EPOLLONESHOT): listener, clients, the Redis link")
 def edge_triggered(lab):
     server = lab.start()
+    lab.expect(get(server.port, "/guestbook")[0] == 200, "no guestbook page")
     clients = kept_clients(server.port, 5)
     time.sleep(seconds(0.2))
     interest = epoll_interest(server.pid)
-    edge = [fd for fd, ev in interest.items() if ev & EPOLLET]
     for c in clients:
         c.close()
-    lab.expect(len(edge) >= 5, f"{len(edge)} of {len(interest)} watched "
-               "descriptors are edge-triggered")
+    level = [fd for fd, ev in interest.items() if not ev & EPOLLET]
+    oneshot = [fd for fd, ev in interest.items() if ev & EPOLLONESHOT]
+    lab.expect(len(interest) >= 7 and not level and not oneshot,
+               f"{len(interest)} watched descriptors (5 clients, the listener "
+               f"and Redis expected), {len(level)} level-triggered, "
+               f"{len(oneshot)} one-shot: every watch must be EPOLLET; see "
+               f"them: grep tfd /proc/$(pgrep -x epoll)/fdinfo/* (events "
+               "8000xxxx is edge)")
 
 
-@grader.check(30, f"{PIPELINED} pipelined requests in one send: all answered")
+@grader.check(25, f"{PIPELINED} pipelined requests on one connection, then "
+              f"{BURST} clients at once with {BURST_EACH} each: all answered")
 def pipelined(lab):
     server = lab.start()
-    with socket.create_connection(("127.0.0.1", server.port)) as s:
-        s.sendall(b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n" * PIPELINED)
-        got = responses(s, PIPELINED, limit=5)
-    lab.expect(got == PIPELINED, f"{got} of {PIPELINED} answered in 5 s")
+    with socket.create_connection(("127.0.0.1", server.port),
+                                  timeout=seconds(10)) as s:
+        # Sent beside the reading: 560 KB of requests and 4 MB of answers
+        # would fill both directions' buffers if one waited for the other.
+        sender = threading.Thread(target=send_quietly,
+                                  args=(s, HEAD * PIPELINED), daemon=True)
+        sender.start()
+        start = time.monotonic()
+        got = responses(s, PIPELINED, limit=SILENCE)
+        took = time.monotonic() - start
+        try:
+            s.shutdown(socket.SHUT_RDWR)  # wakes a sender the server stalled
+        except OSError:
+            pass  # the server closed it already
+        sender.join(timeout=seconds(5))
+    lab.expect(got == PIPELINED, f"{got} of {PIPELINED} pipelined requests "
+               f"answered, then {SILENCE} s of silence or a close: bytes left "
+               "in the "
+               "socket with no edge to come (a full buffer, a read that "
+               "stopped early), or a full buffer taken for EOF; " + PIPE_HOW)
+    burst = []
+    for _ in range(BURST):  # all sent before any answer is read
+        s = socket.create_connection(("127.0.0.1", server.port),
+                                     timeout=seconds(5))
+        s.sendall(HEAD * BURST_EACH)
+        burst.append(s)
+    got = [responses(s, BURST_EACH, limit=SILENCE) for s in burst]
+    for s in burst:
+        s.close()
+    lab.expect(got == [BURST_EACH] * BURST,
+               f"answered per client {got} of {BURST_EACH} each, {BURST} "
+               "clients at once: " + PIPE_HOW)
+    return f"{PIPELINED} answered in {took:.1f} s"
 
 
-@grader.check(15, "an 8 MiB file reaches a client in full")
+@grader.check(5, f"{HALF_HEADS} clients holding half a request cost at most "
+              f"{BUFFER_KIB} KiB each (the 24 KiB request buffer stays)")
+def buffer_bounded(lab):
+    server = lab.start()
+    before = status_field(server.pid, "VmSize")
+    socks = asking_clients(server.port, HALF_HEADS, b"GET / HTTP/1.1\r\n")
+    grown = wait_for(lambda: status_field(server.pid, "VmSize") - before,
+                     lambda kib: kib >= HALF_HEADS * 20, limit=2)
+    for s in socks:
+        s.close()
+    each = grown / HALF_HEADS
+    lab.expect(each <= BUFFER_KIB, f"{each:.0f} KiB of address space per "
+               "client holding half a request: a bigger request buffer only "
+               "moves the stall to a longer pipeline; watch it: grep VmSize "
+               "/proc/$(pgrep -x epoll)/status while clients hold requests")
+    return f"{each:.0f} KiB per client"
+
+
+@grader.check(5, "an 8 MiB file reaches a client in full")
 def big_download(lab):
     path = big_file(lab)
     server = lab.start()
     status, body = get(server.port, path, timeout=10)
     lab.expect(status == 200 and len(body) == 8 << 20,
-               f"status {status}, {len(body)} bytes")
+               f"status {status}, {len(body)} of {8 << 20} bytes: the send "
+               "side stopped before EAGAIN; watch it: curl -o /dev/null "
+               "http://127.0.0.1:8000/big.bin with a big file in public/")
 
 
 @grader.check(15, "a guestbook page whose Redis reply is 150 KB")
@@ -79,19 +177,104 @@ def big_redis_reply(lab):
     server = lab.start()
     for i in range(100):
         lab.redis.command("RPUSH", "guestbook:remarks", f"0:{REMARK}{i}")
-    status, page = get(server.port, "/guestbook", timeout=5)
+    status, page = 0, b""
+    try:
+        status, page = get(server.port, "/guestbook", timeout=5)
+    except socket.timeout:
+        pass
     lab.expect(status == 200 and page.count(REMARK.encode()) == 100,
-               f"status {status}")
+               f"status {status} (0: none in 5 s) for a page whose LRANGE "
+               "reply is 150 KB, many recv()s long: the Redis reply was not "
+               "read to EAGAIN; watch it: redis-cli RPUSH guestbook:remarks "
+               "0:$(head -c 1500 /dev/zero | tr '\\0' x) 100 times, then "
+               "curl http://127.0.0.1:8000/guestbook")
 
 
-@grader.check(10, "a request sent one byte at a time")
+@grader.check(15, f"{LINGERERS} bodies refused (413) at once: each drained "
+              "before the close, so no client is reset")
+def linger_drained(lab):
+    server = lab.start()
+    socks = []
+    for _ in range(LINGERERS):
+        s = socket.create_connection(("127.0.0.1", server.port),
+                                     timeout=seconds(5))
+        s.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                  % REFUSED_BODY + b"j" * REFUSED_BODY)
+        socks.append(s)
+    statuses = []
+    for s in socks:  # the answer, then the server's half-close
+        data = b""
+        try:
+            while chunk := s.recv(65536):
+                data += chunk
+            statuses.append(data[9:12].decode() or "none")
+        except ConnectionResetError:
+            statuses.append("reset")
+    # The server closes each after LINGER_MS (500 ms) of silence, with an
+    # empty socket; closing one with unread bytes sends a reset instead.
+    time.sleep(seconds(1.5))
+    resets = [s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) for s in socks]
+    for s in socks:
+        s.close()
+    lab.expect(statuses == ["413"] * LINGERERS,
+               f"answers {statuses} to a {REFUSED_BODY}-byte body")
+    reset = [e for e in resets if e]
+    lab.expect(not reset, f"{len(reset)} of {LINGERERS} clients were reset "
+               f"({os.strerror(reset[0]) if reset else ''}): the server "
+               "closed with some of the refused body unread, because "
+               "lingering stopped reading before EAGAIN; watch it: tcpdump "
+               "-ni lo 'tcp[tcpflags] & tcp-rst != 0' during head -c 60000 "
+               "/dev/zero | curl -H Expect: --data-binary @- "
+               "http://127.0.0.1:8000/")
+
+
+@grader.check(10, "clients that send 1, 10 and 1,000 pipelined requests, "
+              "then a FIN (half-close): all answered")
+def half_closed(lab):
+    server = lab.start()
+    socks = []
+    for count in HALF_CLOSED:  # at once: the FIN is in before any answer
+        s = socket.create_connection(("127.0.0.1", server.port),
+                                     timeout=seconds(5))
+        s.sendall(HEAD * count)
+        s.shutdown(socket.SHUT_WR)
+        socks.append(s)
+    got = [responses(s, count, limit=SILENCE)
+           for s, count in zip(socks, HALF_CLOSED)]
+    for s in socks:
+        s.close()
+    lab.expect(got == list(HALF_CLOSED),
+               f"answered {got} of {list(HALF_CLOSED)} requests sent before "
+               "a FIN: draining to EOF closed the connection before the "
+               "requests already read were answered; watch it: the handout's "
+               "pipelining one-liner with s.shutdown(1) after its sendall")
+
+
+@grader.check(10, f"at most {CTL_PER_REQUEST} epoll_ctl() per request under "
+              "ab -k (no re-arming on every call)")
+def few_epoll_ctl(lab):
+    server = lab.start()
+    calls = strace_count(server.pid, ["epoll_ctl"], lambda: keepalive_load(
+        lab, server.port, CTL_REQUESTS, concurrency=20))
+    per = calls.get("epoll_ctl", 0) / CTL_REQUESTS
+    lab.expect(per <= CTL_PER_REQUEST,
+               f"{per:.2f} epoll_ctl() per request (the reference makes about "
+               "0.02): interest re-armed on every call, which only imitates "
+               "level triggering; watch it: strace -c -e trace=epoll_ctl -p "
+               "$(pgrep -x epoll) during ab -k -n 2000 -c 20 "
+               "http://127.0.0.1:8000/")
+    return f"{per:.3f} epoll_ctl() per request"
+
+
+@grader.check(5, "a request sent one byte at a time")
 def bytewise(lab):
     server = lab.start()
     with socket.create_connection(("127.0.0.1", server.port)) as s:
         for byte in b"GET / HTTP/1.1\r\nHost: x\r\n\r\n":
             s.send(bytes([byte]))
             time.sleep(0.002)
-        lab.expect(responses(s, 1, limit=3) == 1, "no answer")
+        lab.expect(responses(s, 1, limit=3) == 1, "no answer to a request "
+                   "sent one byte at a time")
     server.stop()
 
 

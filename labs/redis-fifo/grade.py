@@ -1,23 +1,45 @@
 #!/usr/bin/env python3
-"""Grader for the redis-fifo lab (labs/redis-fifo/README.md)."""
+"""Grader for the redis-fifo lab (labs/redis-fifo/README.md).
+
+Each check probes one way a Redis client inside an event loop goes wrong:
+it blocks (static pages wait behind a stalled Redis), its reply clock never
+runs or is pushed back by every newcomer (pages wait for ever), its clock is
+too short (a Redis that pauses briefly costs pages it should have served),
+it hammers a dead Redis (a connect per page instead of a backoff), or it
+opens a link per command. Timings have wide margins; counts are exact."""
 
 import os
+import selectors
+import signal
 import socket
 import time
 
-from grading import Grader, asking_clients, get, seconds  # labs/grading.py
+from grading import (Grader, asking_clients, get, seconds,  # labs/grading.py
+                     strace_count)
 
 STATIC_LIMIT = 0.3  # seconds for a static page while Redis is stalled
 WAITERS = 3  # guestbook requests parked on the stalled Redis
+REPLY_LIMIT = 2.0  # seconds a page may wait on a stalled Redis (it has 1 s)
+STREAM = 15  # pages arriving on a stalled Redis, one every STREAM_EVERY s
+STREAM_EVERY = 0.2
+PAUSE = 0.25  # a Redis pause the server must sit out (its timeout is 1 s)
+GONE_PAGES = 30  # pages asked of a dead Redis, one every GONE_EVERY s
+GONE_EVERY = 0.05
+GONE_CONNECTS = 10  # connects allowed for them: the backoff makes about 5
+PAGE = b"GET /guestbook HTTP/1.0\r\n\r\n"
+STALL_HOW = ("watch it: redis-cli CLIENT PAUSE 3000, then curl -w "
+             "'%{time_total}\\n' http://127.0.0.1:8000/guestbook")
 grader = Grader("redis-fifo")
 
 
 def send_page_requests(port, count):
     """Guestbook GETs sent and left waiting: their sockets."""
-    return asking_clients(port, count, b"GET /guestbook HTTP/1.0\r\n\r\n")
+    return asking_clients(port, count, PAGE)
 
 
 def status_of(sock):
+    """The status of the answer on sock (0: closed without one), then
+    closes it; a socket timeout propagates."""
     data = b""
     while b"\r\n" not in data:
         chunk = sock.recv(4096)
@@ -28,11 +50,78 @@ def status_of(sock):
     return int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else 0
 
 
-@grader.check(50, f"Redis stalled, {WAITERS} pages waiting: static files "
+def resume_redis(lab):
+    """SIGCONT the Redis that lab.stall_redis() stopped."""
+    os.kill(lab.redis.proc.pid, signal.SIGCONT)
+    lab.stalled = False
+
+
+def answer_times(port, count, every, limit):
+    """Sends a guestbook GET on a new connection every `every` seconds,
+    `count` of them, and waits up to `limit` seconds after the last for
+    their answers: [(status, seconds from its request to its answer)],
+    status 0 and None seconds for a page never answered."""
+    sel = selectors.DefaultSelector()
+    sent, got = [], {}  # got: {index: (status, seconds)}
+    next_at = time.monotonic()
+    end = None
+    while len(got) < count:
+        now = time.monotonic()
+        if len(sent) < count and now >= next_at:
+            s = socket.create_connection(("127.0.0.1", port),
+                                         timeout=seconds(5))
+            s.sendall(PAGE)
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_READ, (len(sent), b""))
+            sent.append(now)
+            next_at += every
+            if len(sent) == count:
+                end = now + seconds(limit)
+        if end and now >= end:
+            break
+        wait = (next_at if len(sent) < count else end) - now
+        for key, _ in sel.select(max(wait, 0)):
+            k, data = key.data
+            chunk = key.fileobj.recv(4096)
+            data += chunk
+            if chunk and b"\r\n" not in data:
+                sel.modify(key.fileobj, selectors.EVENT_READ, (k, data))
+                continue
+            status = (int(data.split(b" ", 2)[1])
+                      if data.startswith(b"HTTP/") else 0)
+            got[k] = (status, time.monotonic() - sent[k])
+            sel.unregister(key.fileobj)
+            key.fileobj.close()
+    for key in list(sel.get_map().values()):
+        key.fileobj.close()
+    return [got.get(k, (0, None)) for k in range(count)]
+
+
+def redis_connections(lab):
+    """Connections Redis has accepted so far (this question's included)."""
+    info = lab.redis.command("INFO", "stats")
+    return int(info.split("total_connections_received:")[1].split()[0])
+
+
+def died_how(code):
+    """A Popen return code, in words."""
+    return (f"killed by {signal.Signals(-code).name}" if code < 0
+            else f"exit {code}")
+
+
+def link_ready(lab, server):
+    """One guestbook page, so the server holds its link to Redis."""
+    status = get(server.port, "/guestbook")[0]
+    lab.expect(status == 200, f"GET /guestbook answered {status} with Redis "
+               "up and idle: is the reply clock too short, or the client not "
+               "parked? watch it: curl -i http://127.0.0.1:8000/guestbook")
+
+
+@grader.check(40, f"Redis stalled, {WAITERS} pages waiting: static files "
               f"answered within {STATIC_LIMIT} s")
 def static_not_delayed(lab):
     server = lab.start()
-    lab.expect(get(server.port, "/guestbook")[0] == 200, "no guestbook page")
+    link_ready(lab, server)
     lab.stall_redis()
     waiting = send_page_requests(server.port, WAITERS)
     time.sleep(seconds(0.05))  # the loop has read them
@@ -45,30 +134,102 @@ def static_not_delayed(lab):
     for s in waiting:
         s.close()
     lab.expect(slowest <= seconds(STATIC_LIMIT),
-               f"the slowest GET / took {slowest:.2f} s")
+               f"the slowest GET / took {slowest:.2f} s while {WAITERS} pages "
+               "waited on a stalled Redis: the loop waits for Redis; "
+               + STALL_HOW + " beside a curl of /")
     return f"slowest GET / {slowest * 1000:.0f} ms"
 
 
-@grader.check(20, "pages waiting on a stalled Redis get 503 within 2 s")
+@grader.check(20, f"Redis stalled, a page every {STREAM_EVERY} s: each one "
+              f"answered 503 within {REPLY_LIMIT} s")
 def stalled_pages_fail_fast(lab):
     server = lab.start()
-    lab.expect(get(server.port, "/guestbook")[0] == 200, "no guestbook page")
+    link_ready(lab, server)
     lab.stall_redis()
-    start = time.monotonic()
-    statuses = [status_of(s) for s in send_page_requests(server.port, WAITERS)]
-    took = time.monotonic() - start
-    lab.expect(statuses == [503] * WAITERS, f"answers {statuses}")
-    lab.expect(took <= seconds(2), f"the last 503 after {took:.1f} s")
+    answers = answer_times(server.port, STREAM, STREAM_EVERY,
+                           limit=REPLY_LIMIT + 1)
+    unanswered = [k for k, (_, took) in enumerate(answers) if took is None]
+    late = [k for k, (_, took) in enumerate(answers)
+            if took is not None and took > seconds(REPLY_LIMIT)]
+    wrong = sorted({status for status, took in answers
+                    if took is not None and status != 503})
+    first = answers[0][1]
+    lab.expect(not unanswered and not late and not wrong,
+               f"of {STREAM} pages on a stalled Redis, {len(unanswered)} never "
+               f"answered, {len(late)} after {REPLY_LIMIT} s (the first: "
+               + (f"{first:.1f} s" if first is not None else "never") +
+               f"), other statuses {wrong}: the reply clock (rd->deadline) "
+               "must start with the first waiter and not restart for later "
+               "ones; " + STALL_HOW + " while more curls arrive")
+    slowest = max(took for _, took in answers)
+    return f"slowest 503 after {slowest:.2f} s"
 
 
-@grader.check(30, "the guestbook works: 50 pages at once, a post, a clean "
-              "stop")
+@grader.check(15, f"Redis pauses {PAUSE} s (under its 1 s timeout): every "
+              "waiting page still served")
+def pause_sat_out(lab):
+    server = lab.start()
+    link_ready(lab, server)
+    lab.stall_redis()
+    waiting = send_page_requests(server.port, 5)
+    time.sleep(PAUSE)  # not stretched: the server's clock does not stretch
+    resume_redis(lab)
+    statuses = [status_of(s) for s in waiting]
+    lab.expect(statuses == [200] * 5,
+               f"answers {statuses} after a {PAUSE} s pause of Redis, which "
+               "has REDIS_TIMEOUT_MS (1 s) to answer: the reply clock is too "
+               "short; watch it: redis-cli CLIENT PAUSE 250; curl -i "
+               "http://127.0.0.1:8000/guestbook")
+
+
+@grader.check(10, f"Redis gone: {GONE_PAGES} pages answered 503 at once, "
+              f"with at most {GONE_CONNECTS} connects (a backoff)")
+def dead_redis_backoff(lab):
+    server = lab.start()
+    link_ready(lab, server)
+    lab.redis.stop()
+    # Hold the port, unlistening, so every connect is refused at once and
+    # no other program can take the port meanwhile.
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", lab.redis.port))
+    answers = []
+    try:
+        calls = strace_count(server.pid, ["connect"], lambda: answers.extend(
+            answer_times(server.port, GONE_PAGES, GONE_EVERY, limit=2)))
+    except ConnectionRefusedError:
+        code = server.proc.wait(timeout=seconds(5))
+        lab.expect(False, f"the server died ({died_how(code)}) once Redis "
+                   "was gone: a client still in the FIFO after its 503? run "
+                   "it under make asan and stop redis-server")
+    finally:
+        holder.close()
+    statuses = sorted({status for status, _ in answers})
+    slow = [took for _, took in answers if took is None or took > seconds(1)]
+    lab.expect(statuses == [503] and not slow,
+               f"statuses {statuses}, {len(slow)} pages slower than 1 s with "
+               "Redis gone")
+    connects = calls.get("connect", 0)
+    lab.expect(connects <= GONE_CONNECTS,
+               f"{connects} connects to a dead Redis for {GONE_PAGES} pages in "
+               f"{GONE_PAGES * GONE_EVERY:.1f} s: no backoff (retry_at); watch "
+               "them: stop redis-server, then strace -e trace=connect -p "
+               "$(pgrep -x epoll) during ab -n 30 http://127.0.0.1:8000/"
+               "guestbook")
+    return f"{connects} connects"
+
+
+@grader.check(15, "the guestbook works: 50 pages at once, a post, one Redis "
+              "link, a clean stop")
 def guestbook_works(lab):
     server = lab.start()
+    before = redis_connections(lab)
     socks = send_page_requests(server.port, 50)
     statuses = [status_of(s) for s in socks]
     lab.expect(statuses == [200] * 50,
-               f"{statuses.count(200)} of 50 pages were 200")
+               f"{statuses.count(200)} of 50 pages were 200 (others: "
+               f"{sorted(set(statuses) - {200})}); watch them: ab -n 50 -c 50 "
+               "http://127.0.0.1:8000/guestbook")
     body = b"guest-name=lab&guest-remarks=fifo+" + os.urandom(4).hex().encode()
     with socket.create_connection(("127.0.0.1", server.port),
                                   timeout=seconds(5)) as s:
@@ -78,6 +239,10 @@ def guestbook_works(lab):
         lab.expect(status_of(s) == 303, "the post was not answered 303")
     status, page = get(server.port, "/guestbook")
     lab.expect(status == 200 and body[-8:] in page, "the remark is not shown")
+    links = redis_connections(lab) - before - 1  # less this INFO's own
+    lab.expect(links <= 1, f"{links} connections to Redis for 52 requests: "
+               "one link per loop, kept open, carries every command; watch "
+               "them: redis-cli INFO stats | grep total_connections_received")
     server.stop()
 
 
