@@ -77,26 +77,38 @@ static void check_html_escape(const char *s, size_t len)
     sb_free(&out);
 }
 
-/* form_field's contract, computed plainly: the first name=value pair,
- * decoded with '+' as space; -1 for a bad escape or a NUL. out holds
- * len + 1 bytes. */
-static long ref_field(const char *body, size_t len, const char *name, char *out)
+/* The raw value of field `name` (the first name=value pair), as sent; an
+ * empty value at body when there is none. */
+static void raw_field(const char *body, size_t len, const char *name,
+                      const char **value, size_t *vlen)
 {
     size_t nl = strlen(name);
-    out[0] = '\0';
+    *value = body;
+    *vlen = 0;
     for (size_t i = 0; i < len;) {
         size_t j = i;
         while (j < len && body[j] != '&')
             j++;
         if (j - i > nl && body[i + nl] == '=' &&
             memcmp(body + i, name, nl) == 0) {
-            size_t at;
-            return ref_decode(body + i + nl + 1, j - i - nl - 1, out, true,
-                              &at);
+            *value = body + i + nl + 1;
+            *vlen = j - i - nl - 1;
+            return;
         }
         i = j + 1;
     }
-    return 0;
+}
+
+/* form_field's contract, computed plainly: the first name=value pair,
+ * decoded with '+' as space; -1 for a bad escape or a NUL. out holds
+ * len + 1 bytes. */
+static long ref_field(const char *body, size_t len, const char *name, char *out)
+{
+    const char *value;
+    size_t vlen, at;
+    out[0] = '\0';
+    raw_field(body, len, name, &value, &vlen);
+    return vlen ? ref_decode(value, vlen, out, true, &at) : 0;
 }
 
 static void check_form_field(const char *body, size_t len, const char *name)
@@ -200,28 +212,6 @@ static void check_guest_entry(const char *body, size_t len)
     sb_free(&entry);
     free(name);
     free(remark);
-}
-
-/* The raw value of field `name`, as the form page shows a field that does
- * not decode. */
-static void raw_field(const char *body, size_t len, const char *name,
-                      const char **value, size_t *vlen)
-{
-    size_t nl = strlen(name);
-    *value = body;
-    *vlen = 0;
-    for (size_t i = 0; i < len;) {
-        size_t j = i;
-        while (j < len && body[j] != '&')
-            j++;
-        if (j - i > nl && body[i + nl] == '=' &&
-            memcmp(body + i, name, nl) == 0) {
-            *value = body + i + nl + 1;
-            *vlen = j - i - nl - 1;
-            return;
-        }
-        i = j + 1;
-    }
 }
 
 /* One field of a refused form's page: escaped, and it unescapes to the
