@@ -51,14 +51,17 @@ SAMPLE_FILES = {
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "models(*names): run only against these server models")
+        "markers", "models(*names, asan=True): run only against these server "
+        "models (asan=False: their plain builds only)")
 
 
 def pytest_generate_tests(metafunc):
     if "binary" not in metafunc.fixturenames:
         return
     marker = metafunc.definition.get_closest_marker("models")
-    wanted = [b for b in BINARIES if marker is None or b.model in marker.args]
+    wanted = [b for b in BINARIES if marker is None or (
+        b.model in marker.args and not (b.asan and marker.kwargs.get(
+            "asan") is False))]
     metafunc.parametrize("binary", wanted, ids=[b.id for b in wanted])
 
 

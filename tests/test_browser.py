@@ -16,8 +16,10 @@ from processes import REPO, python_with, token
 from rawhttp import Response, parse_head
 from test_guestbook import MAX_REMARK, refused_fields
 
+# Plain builds: the same requests reach the ASan builds in test_guestbook;
+# a browser start per test is what costs here.
 pytestmark = pytest.mark.models("iterative", "prethreaded", "epoll",
-                                "io_uring", "fibers")
+                                "io_uring", "fibers", asan=False)
 
 BROWSER_TIMEOUT = 120  # seconds for Chromium to start, type, send, report
 
