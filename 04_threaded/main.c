@@ -13,8 +13,12 @@
  * What it costs: a stack per client (THREAD_STACK, sized to what a request
  * needs: the default 8 MiB would reserve 117 GiB for 15,000 clients) and a
  * Redis connection each.
- * Where it breaks: at the thread limit (pid_max, 32768) pthread_create()
- * fails and drops the client; long before, the scheduler juggles threads.
+ * Where it breaks: first at Redis, long before the thread limit. At 10,000
+ * clients some 9,000-10,000 threads are runnable at once, and Redis, one
+ * thread among them, waits seconds for a CPU: 3-36% of pages miss the 1 s
+ * Redis bound (REDIS_TIMEOUT_MS) and are 503s. Redis at nice -15, or a 5 s
+ * bound, moves that point (0% and 0.3%); a pool (05) removes it. At the
+ * thread limit (pid_max, 32768) pthread_create() fails and drops the client.
  *
  * Diff with: 03_preforked/main.c and 05_prethreaded/main.c (a pool).
  * Run: ./threaded [port [redis-host [redis-port]]] from the repo root.
