@@ -75,12 +75,12 @@ class Lab:
     def start(self, env=None, nofile=None, binary=None):
         """Start the server (or another binary, e.g. the reference); its
         stderr is kept in the work dir, and it is stopped, its processes
-        killed, when the check ends."""
+        killed, when the check ends. It is among self.servers before it is
+        seen listening, so that death(lab) can say how a server died that
+        died as it started."""
         which = Binary(binary) if binary else self.binary
-        server = ServerProcess(which, self.site, self.redis.port, env=env,
-                               nofile=nofile)
-        self.servers.append(server)
-        return server
+        return ServerProcess(which, self.site, self.redis.port, env=env,
+                             nofile=nofile, spawned=self.servers.append)
 
     def stall_redis(self):
         """SIGSTOP the lab's own Redis: connections stay open, nothing is
@@ -401,17 +401,6 @@ def death(lab):
         return (f"the server exited with status {code}"
                 + (f": {said[-1][:160]}" if said else ""))
     return None
-
-
-def start_seen(lab, env=None):
-    """lab.start(env=env), but the server is among lab.servers before it is
-    seen listening, so that death(lab) can say how one died that died as
-    it started (ServerProcess raises then, and lab.start returns nothing)."""
-    class Seen(ServerProcess):
-        def _wait_listening(self):
-            lab.servers.append(self)
-            super()._wait_listening()
-    return Seen(lab.binary, lab.site, lab.redis.port, env=env)
 
 
 def death_telling(grader, watch):

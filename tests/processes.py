@@ -231,7 +231,11 @@ class ServerProcess:
     """One running server. stop() sends SIGTERM and checks the exit: code 0,
     the summary line printed, no sanitizer report, no worker left behind."""
 
-    def __init__(self, binary, site, redis_port, env=None, nofile=None):
+    def __init__(self, binary, site, redis_port, env=None, nofile=None,
+                 spawned=None):
+        """spawned(self), if given, is called once the process exists and
+        before it is waited for: an owner can then account for a server
+        that dies as it starts."""
         self.binary = binary
         self.name = binary.id
         self.model = binary.model
@@ -254,6 +258,8 @@ class ServerProcess:
                 cwd=site, env=full_env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=err, preexec_fn=limit)
         self.pid = self.proc.pid
+        if spawned:
+            spawned(self)
         self._wait_listening()
 
     def stderr(self):

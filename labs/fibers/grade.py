@@ -10,7 +10,7 @@ import resource
 from pathlib import Path
 
 from grading import (Grader, asking_clients, death_telling, get,  # labs/
-                     start_seen, wait_for)
+                     wait_for)
 from processes import (fd_count, guarded_stacks,  # tests/processes.py
                        settled)
 
@@ -53,7 +53,7 @@ def mappings(pid):
 @check(40, f"fibers switch: {CLIENTS} kept clients at once, pages and the "
        "guestbook")
 def switching(lab):
-    server = start_seen(lab)
+    server = lab.start()
     for path in ("/", "/guestbook", "/style.css"):
         status, _ = get(server.port, path)
         lab.expect(status == 200, f"GET {path} answered {status}")
@@ -66,7 +66,7 @@ def switching(lab):
 @check(40, f"each of {CLIENTS} fibers' stacks has its own PROT_NONE page "
        "right below it, unmapped with the stack")
 def guard_pages(lab):
-    server = start_seen(lab)
+    server = lab.start()
     lab.expect(get(server.port, "/")[0] == 200, "GET / failed")
     # Once that client's fiber is gone: the acceptor's stack alone.
     fds = settled(lambda: fd_count(server.pid), "the open descriptors")
