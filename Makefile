@@ -50,11 +50,14 @@ deps:
 	tools/deps.sh
 
 # The interpreter is picked inside each recipe, after deps has installed it.
+# Labs are graded one at a time: lookup compares its user CPU with the
+# reference's, and a lab graded beside it skewed that 7x once (52 ticks
+# against 7 for the same source).
 test: deps
 	$(MAKE) all asan check-sync format-check
 	fuzz/run --check
 	py=$$(tools/python pytest httplint) && "$$py" -m pytest tests/ -v -rs $(PYTEST_ARGS)
-	tools/lab check
+	tools/lab check -j 1
 
 demo: deps
 	$(MAKE) all
