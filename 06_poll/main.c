@@ -548,8 +548,9 @@ static void unwatch_fd(struct watch *w)
 static int wait_for_events(struct event *ev, int max, int timeout_ms)
 {
     int ready = poll(polled.fds, polled.n, timeout_ms), n = 0;
+    size_t start = polled.next; /* fixed for this scan: next moves on */
     for (size_t k = 0; k < polled.n && n < ready && n < max; k++) {
-        size_t i = (polled.next + k) % polled.n;
+        size_t i = (start + k) % polled.n;
         short e = polled.fds[i].revents;
         if (e == 0)
             continue;

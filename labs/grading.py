@@ -133,16 +133,19 @@ def big_file(lab, size=8 << 20):
     return "/big.bin"
 
 
-def keepalive_load(lab, port, requests, concurrency=50):
+def keepalive_load(lab, port, requests, concurrency=50, hint=""):
     """`ab -k` for / with `requests` over `concurrency` connections; every
-    request must succeed."""
+    request must succeed (else the failure, then `hint`). Returns ab's
+    report, its percentile table included."""
     done = subprocess.run(
         ["ab", "-q", "-k", "-n", str(requests), "-c", str(concurrency), "-s",
          str(int(seconds(30))), f"http://127.0.0.1:{port}/"],
         capture_output=True, text=True, timeout=seconds(120))
     lab.expect(done.returncode == 0 and "Failed requests:        0"
-               in done.stdout, "ab failed: " + done.stdout[-300:] +
-               done.stderr[-300:])
+               in done.stdout, "ab failed: " + " ".join(  # not its banner
+                   (done.stdout.split("(be patient)...")[-1][-300:] +
+                    done.stderr[-300:]).split()) + hint)
+    return done.stdout
 
 
 def asking_clients(port, count, raw):

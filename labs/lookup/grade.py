@@ -5,15 +5,17 @@ Both lookups are timed against the reference in the same run: finding the
 owner of a ready fd (keep-alive load) and finding the entry that moves into
 a hole (every request on its own connection, so every request closes one).
 Churn then checks that the hash and the slots stay right while connections
-come and go: a stale entry or a wrong slot loses a client. The server must
+come and go: a stale entry or a wrong slot loses a client. The scan must be
+fair: a ready client passed over scan after scan waits the whole run. The server must
 still be poll()'s: an epoll descriptor cannot stand in for the lookup."""
 
 import random
+import re
 
 from grading import (Grader, asking_clients, big_file,  # labs/grading.py
                      build_reference, descriptors, keepalive_load,
-                     kept_clients, raise_open_file_limit, user_ticks,
-                     wait_for)
+                     kept_clients, raise_open_file_limit, seconds,
+                     user_ticks, wait_for)
 from rawhttp import open_asking  # tests/rawhttp.py
 
 IDLE = 5000  # idle keep-alive clients beside the busy ones
@@ -22,6 +24,7 @@ CLOSES = 6000  # clients with a request begun that hang up, shuffled
 RATIO = 2.0  # user CPU against the reference, at most
 CHURN = 100  # clients open at once while half of them come and go
 ROUNDS = 4
+WAIT_MS = 500  # the slowest keep-alive request; the reference's: ~10 ms
 ASK = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
 HALF = ASK[:-2]  # a request begun: the server holds it 10 s, not 5
 grader = Grader("lookup")
@@ -68,7 +71,7 @@ def close_all(lab, server, idle):
                f"open 20 s after {len(idle)} clients hung up")
 
 
-@grader.check(35, f"finding the owner of a ready fd: user CPU for {REQUESTS} "
+@grader.check(30, f"finding the owner of a ready fd: user CPU for {REQUESTS} "
               f"keep-alive requests with {IDLE} idle clients at most "
               f"{RATIO:g}x the reference's")
 def lookup_is_cheap(lab):
@@ -80,13 +83,35 @@ def lookup_is_cheap(lab):
         f"{REQUESTS} keep-alive requests beside {IDLE} idle clients")
 
 
-@grader.check(25, "finding the entry that fills a hole: user CPU while "
+@grader.check(20, "finding the entry that fills a hole: user CPU while "
               f"{CLOSES} clients hang up at most {RATIO:g}x the reference's")
 def churn_is_cheap(lab):
     count = min(CLOSES, raise_open_file_limit() - 100)
     return against_reference(
         lab, close_all, lambda port: asking_clients(port, count, HALF),
         f"{count} clients hanging up (one unwatch_fd each)")
+
+
+@grader.check(10, f"every ready client is served in turn: the slowest of "
+              f"{REQUESTS} keep-alive requests beside {IDLE} idle clients "
+              f"waits at most {WAIT_MS} ms")
+def scan_is_fair(lab):
+    raise_open_file_limit()
+    server = lab.start()
+    idle = kept_clients(server.port, IDLE)
+    watch = ("; watch it: ab -k -n 20000 -c 50 beside the handout's idle "
+             "clients, then the longest request in ab's percentile table; "
+             "does the scan's start move while it runs?")
+    try:
+        report = keepalive_load(lab, server.port, REQUESTS, hint=watch)
+    finally:
+        for s in idle:
+            s.close()
+    longest = int(re.search(r"100%\s+(\d+) \(longest", report).group(1))
+    lab.expect(longest <= seconds(WAIT_MS), f"the slowest request waited "
+               f"{longest} ms: a ready client was passed over scan after "
+               f"scan (poll() reports it every time){watch}")
+    return f"the slowest waited {longest} ms"
 
 
 def churn_round(port, conns, rng):
