@@ -17,7 +17,8 @@
  * clients some 9,000-10,000 threads are runnable at once, and Redis, one
  * thread among them, waits seconds for a CPU: 3-36% of pages miss the 1 s
  * Redis bound (REDIS_TIMEOUT_MS) and are 503s. Redis at nice -15, or a 5 s
- * bound, moves that point (0% and 0.3%); a pool (05) removes it. At the
+ * bound, moves that point (0% and 0.3%), and so does a CPU the threads may
+ * not use for Redis (pinned sweep: 0.2%); a pool (05) removes it. At the
  * thread limit (pid_max, 32768) pthread_create() fails and drops the client.
  *
  * Diff with: 03_preforked/main.c and 05_prethreaded/main.c (a pool).
