@@ -6,8 +6,9 @@ owner of a ready fd (keep-alive load) and finding the entry that moves into
 a hole (every request on its own connection, so every request closes one).
 Churn then checks that the hash and the slots stay right while connections
 come and go: a stale entry or a wrong slot loses a client. The scan must be
-fair: a ready client passed over scan after scan waits the whole run. The server must
-still be poll()'s: an epoll descriptor cannot stand in for the lookup."""
+fair: a ready client passed over scan after scan waits the whole run. The
+server must still be poll()'s: an epoll descriptor cannot stand in for the
+lookup."""
 
 import random
 import re
