@@ -148,6 +148,59 @@ def keepalive_load(lab, port, requests, concurrency=50, hint=""):
     return done.stdout
 
 
+def connections(lab, port, count, concurrency=4, paths=("/", "/guestbook")):
+    """`count` connections, one request each (no keep-alive), `concurrency`
+    at a time, split over `paths` (a page and a Redis-bound one, so both
+    code paths run): every one must be answered."""
+    for k, path in enumerate(paths):
+        share = count // len(paths) + (k < count % len(paths))
+        done = subprocess.run(
+            ["ab", "-q", "-n", str(share), "-c", str(concurrency), "-s",
+             str(int(seconds(30))), f"http://127.0.0.1:{port}{path}"],
+            capture_output=True, text=True, timeout=seconds(120))
+        # A page whose length changes (the guestbook's visitor count) is
+        # a "Length" failure to ab: only the others count.
+        failed = re.search(r"Connect: (\d+), Receive: (\d+), Length: \d+, "
+                           r"Exceptions: (\d+)", done.stdout)
+        lab.expect(done.returncode == 0 and "Non-2xx" not in done.stdout and
+                   ("Failed requests:        0" in done.stdout or failed and
+                    not any(int(n) for n in failed.groups())),
+                   f"ab -n {share} -c {concurrency} {path} failed: " +
+                   " ".join((done.stdout.split("(be patient)...")[-1][-200:]
+                             + done.stderr[-200:]).split()))
+
+
+def footprint(pid):
+    """What a process holds now: (address space in KiB, mappings, open
+    descriptors)."""
+    maps = Path(f"/proc/{pid}/maps").read_text().count("\n")
+    return status_field(pid, "VmSize"), maps, len(descriptors(pid))
+
+
+FOOTPRINT = ("KiB of address space", "mappings", "descriptors")
+
+
+def no_leak(lab, server, count=1000, slack=(8192, 32, 8), watch=""):
+    """A per-connection resource that is never freed (a stack, a mapping,
+    a descriptor, heap) passes every check that looks at live clients
+    only: after `count` connections one after another (connections()),
+    the server's footprint must be back within `slack` of where a warm-up
+    of a fifth as many left it (caches such as glibc's stack cache are
+    full by then). Returns the growth, for the PASS line."""
+    connections(lab, server.port, count // 5)
+    before = footprint(server.pid)
+    connections(lab, server.port, count)
+    grown = wait_for(lambda: [a - b for a, b in zip(footprint(server.pid),
+                                                    before)],
+                     lambda g: all(x <= s for x, s in zip(g, slack)), limit=5)
+    over = [f"{x} more {what} (at most {s})"
+            for x, s, what in zip(grown, slack, FOOTPRINT) if x > s]
+    lab.expect(not over, f"after {count} connections one after another: "
+               + ", ".join(over) + ": something each connection takes is "
+               "never given back" + (f"; {watch}" if watch else ""))
+    return ", ".join(f"{x:+} {what}" for x, what in zip(grown, FOOTPRINT))
+
+
 def asking_clients(port, count, raw):
     """count connections that each send `raw` at once, answers unread."""
     socks = []

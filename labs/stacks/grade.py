@@ -11,13 +11,16 @@ memory map, whatever sets them."""
 import time
 
 from grading import (Grader, Unmet, get, idle_clients,  # labs/grading.py
-                     seconds, status_field, thread_stacks, wait_for)
+                     kept_clients, no_leak, raise_open_file_limit, seconds,
+                     status_field, thread_stacks, wait_for)
 from rawhttp import FORM_HEAD, Connection
 
 IDLE = 300  # idle keep-alive clients: a thread (and a stack) each
 LIMIT_KB = 1024  # virtual memory per thread: a 64 KiB stack is far below
 MARGIN = 2  # a stack at least this many times the deepest use seen
 DEEP = 20  # clients at once, each through the deepest requests
+CROWD = 1500  # clients at once, past any fixed number of stacks kept ready
+SERIAL = 1000  # connections one after another: none may leave memory behind
 # One malloc arena for all threads: glibc otherwise reserves 64 MiB of
 # address space per arena (up to 8 per core), which would swamp the stacks.
 ENV = {"MALLOC_ARENA_MAX": "1"}
@@ -88,7 +91,7 @@ def alive(lab, server, doing):
                "/guestbook")
 
 
-@grader.check(40, f"at most {LIMIT_KB} KiB of address space per thread with "
+@grader.check(30, f"at most {LIMIT_KB} KiB of address space per thread with "
               f"{IDLE} idle clients")
 def small_stacks(lab):
     server = start(lab)
@@ -104,7 +107,7 @@ def small_stacks(lab):
     return f"{kb:.0f} KiB per thread"
 
 
-@grader.check(20, f"{DEEP} clients at once through the deepest requests: "
+@grader.check(15, f"{DEEP} clients at once through the deepest requests: "
               "the server lives")
 def deep(lab):
     server = start(lab)
@@ -145,7 +148,51 @@ def guards(lab):
                "/proc/PID/maps | grep -c -- ---p")
 
 
-@grader.check(15, "pages and the guestbook still served; a clean stop")
+@grader.check(10, f"{CROWD} clients at once, each answered twice: a stack "
+              "of its own each")
+def crowd(lab):
+    raise_open_file_limit()
+    server = start(lab)
+    ask = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+    try:
+        clients = kept_clients(server.port, CROWD)  # a first request each
+        threads_for(lab, server, CROWD)
+        answered = 0
+        for c in clients:  # every thread wakes on the stack it slept on
+            c.settimeout(seconds(10))
+            data = b""
+            while data.count(b"HTTP/1.1 200") < 1:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            c.sendall(ask)
+            answered += data.startswith(b"HTTP/1.1 200")
+        for c in clients:
+            data = b""
+            while b"HTTP/1.1 200" not in data:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            answered += b"HTTP/1.1 200" in data
+            c.close()
+    except OSError:
+        alive(lab, server, f"{CROWD} clients at once")
+        raise
+    alive(lab, server, f"{CROWD} clients at once")
+    lab.expect(answered == 2 * CROWD, f"{answered} answers of {2 * CROWD} "
+               f"for {CROWD} clients at once, two requests each")
+
+
+@grader.check(10, f"{SERIAL} connections one after another leave no memory "
+              "behind")
+def no_leaks(lab):
+    server = start(lab)
+    return no_leak(lab, server, SERIAL, watch=WATCH)
+
+
+@grader.check(10, "pages and the guestbook still served; a clean stop")
 def still_serves(lab):
     server = start(lab)
     for path in ("/", "/guestbook", "/style.css"):
