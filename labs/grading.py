@@ -62,8 +62,9 @@ class Unmet(Exception):
 class Lab:
     """One check's world: where the server runs, its Redis, its process."""
 
-    def __init__(self, binary, workdir):
+    def __init__(self, binary, workdir, source=None):
         self.binary = Binary(binary)
+        self.source = Path(source) if source else None  # for a review
         self.workdir = Path(workdir)
         self.site = self.workdir / "site"  # copies of public/, templates/
         for name in ("public", "templates"):  # (a few KiB; a check may add)
@@ -72,7 +73,7 @@ class Lab:
         self.servers = []
         self.stalled = False
 
-    def start(self, env=None, nofile=None, binary=None):
+    def start(self, env=None, nofile=None, binary=None, blocked=()):
         """Start the server (or another binary, e.g. the reference); its
         stderr is kept in the work dir, and it is stopped, its processes
         killed, when the check ends. It is among self.servers before it is
@@ -80,7 +81,8 @@ class Lab:
         died as it started."""
         which = Binary(binary) if binary else self.binary
         return ServerProcess(which, self.site, self.redis.port, env=env,
-                             nofile=nofile, spawned=self.servers.append)
+                             nofile=nofile, spawned=self.servers.append,
+                             blocked=blocked)
 
     def stall_redis(self):
         """SIGSTOP the lab's own Redis: connections stay open, nothing is
@@ -410,6 +412,102 @@ def strace_returns(pid, syscall, during):
     return [int(value) for value in found]
 
 
+def slowed(pid, syscall, delay, during):
+    """Runs during() while every `syscall` of pid's main thread returns
+    `delay` seconds late (strace's fault injection): a race whose window
+    is a few instructions wide (a signal that comes while the server is
+    between two steps) then happens as a rule, not once a month."""
+    _strace(pid, [syscall], during, "-e",
+            f"inject={syscall}:delay_exit={int(delay * 1e6)}")
+
+
+# What a signal handler may call: signal-safety(7)'s list, the calls a
+# server's handler could want. A handler that calls anything must also
+# give errno back as it found it: the code it interrupted may be about to
+# read it.
+SIGNAL_SAFE = {
+    "_exit", "_Exit", "abort", "accept", "alarm", "close", "dup", "dup2",
+    "fcntl", "fork", "getpid", "getppid", "kill", "raise", "read", "recv",
+    "send", "sigaction", "sigaddset", "sigdelset", "sigemptyset",
+    "sigfillset", "sigismember", "signal", "sigprocmask", "sigpending",
+    "wait", "waitpid", "write", "memcpy", "memset", "strlen", "clock_gettime",
+    "time", "shutdown", "pthread_kill", "pthread_self", "sem_post",
+    "eventfd_write"}
+C_WORDS = {"if", "while", "for", "switch", "return", "sizeof", "do", "else",
+           "_Alignof", "alignof", "defined"}
+
+
+def _code_only(text):
+    """C source with its comments and string/char literals blanked (line
+    numbers kept), for a review that must not be fooled by either."""
+    return re.sub(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|'
+                  r"'(?:\\.|[^'\\\n])*'",
+                  lambda m: re.sub(r"[^\n]", " ", m[0]), text, flags=re.S)
+
+
+def _body(code, name):
+    """(first line number, text) of the body of function `name`'s
+    definition in code, or None."""
+    for m in re.finditer(rf"\b{name}\s*\([^;{{}})]*\)\s*{{", code):
+        depth, i = 0, m.end() - 1
+        while i < len(code):
+            depth += {"{": 1, "}": -1}.get(code[i], 0)
+            if depth == 0:
+                return code.count("\n", 0, m.start()) + 1, code[m.end():i]
+            i += 1
+    return None
+
+
+def review_handlers(lab):
+    """A source review, since no black box reaches it: every function the
+    student's file installs as a signal handler (sa_handler, sa_sigaction,
+    signal()) calls only async-signal-safe functions (signal-safety(7);
+    its own helpers are reviewed alike), and one that calls anything saves
+    errno and restores it. Fails quoting the line; returns a note."""
+    lab.expect(lab.source is not None, "the grader was not given the "
+               "source to review (tools/lab grade passes --src)")
+    text = lab.source.read_text(errors="replace")
+    code, lines = _code_only(text), text.splitlines()
+    handlers = set(re.findall(r"sa_(?:handler|sigaction)\s*=\s*([A-Za-z_]\w*)",
+                              code))
+    handlers |= set(re.findall(r"\bsignal\s*\(\s*\w+\s*,\s*([A-Za-z_]\w*)"
+                               r"\s*\)", code))
+    handlers -= {"SIG_IGN", "SIG_DFL", "NULL"}
+    seen, called = set(), {}
+    todo = [(h, h) for h in sorted(handlers)]
+    while todo:  # the handlers, and the file's own functions they call
+        name, handler = todo.pop()
+        found = _body(code, name) if name not in seen else None
+        seen.add(name)
+        if not found:
+            continue
+        first, body = found
+        for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\(", body):
+            callee = m[1]
+            if callee in C_WORDS:
+                continue
+            line = first + body.count("\n", 0, m.start())
+            called.setdefault(handler, []).append((callee, line))
+            if _body(code, callee):
+                todo.append((callee, handler))
+            else:
+                lab.expect(callee in SIGNAL_SAFE, f"the signal handler "
+                           f"{handler}() calls {callee}(), which is not "
+                           "async-signal-safe (signal-safety(7)): line "
+                           f"{line}: {lines[line - 1].strip()[:80]!r}")
+    for handler, calls in called.items():
+        body = _body(code, handler)[1]
+        lab.expect(re.search(r"=\s*errno\b", body) and
+                   re.search(r"\berrno\s*=[^=]", body),
+                   f"the signal handler {handler}() calls {calls[0][0]}() "
+                   f"(line {calls[0][1]}) but does not save and restore "
+                   "errno: the code it interrupted may read errno next "
+                   "(an accept() that failed with EMFILE, say)")
+    return (", ".join(f"{h}() calls {', '.join(c for c, _ in calls)}"
+                      for h, calls in called.items())
+            or f"{', '.join(sorted(handlers)) or 'no handler'}: no calls")
+
+
 def cpu_seconds(pid):
     """CPU time (user and system, every thread) a process has used so far,
     in seconds: a server that spins shows it."""
@@ -543,6 +641,8 @@ class Grader:
                             help="run only these checks (their function "
                             "names): tools/lab check runs a wrong answer's "
                             "expected failure alone")
+        parser.add_argument("--src", help="the student's main.c, for the "
+                            "checks that review the source")
         parser.add_argument("--total", action="store_true",
                             help="print the lab's total points and exit "
                             "(BINARY is not run)")
@@ -576,7 +676,7 @@ class Grader:
         workdir = tempfile.mkdtemp(prefix="zerohttpd-lab-")
         lab = None
         try:
-            lab = Lab(args.binary, workdir)
+            lab = Lab(args.binary, workdir, args.src)
             note = function(lab)
             return True, note
         except Unmet as unmet:

@@ -232,10 +232,11 @@ class ServerProcess:
     the summary line printed, no sanitizer report, no worker left behind."""
 
     def __init__(self, binary, site, redis_port, env=None, nofile=None,
-                 spawned=None):
+                 spawned=None, blocked=()):
         """spawned(self), if given, is called once the process exists and
         before it is waited for: an owner can then account for a server
-        that dies as it starts."""
+        that dies as it starts. blocked: signals the server inherits
+        blocked (a shell or a supervisor may start it so)."""
         self.binary = binary
         self.name = binary.id
         self.model = binary.model
@@ -251,12 +252,17 @@ class ServerProcess:
         full_env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
         full_env.update(env or {})
         # nofile: the server's open-file soft limit (None: this process's).
-        limit = None if nofile is None else lambda: _limit_descriptors(nofile)
+        def inherited():  # in the forked child, before exec
+            if nofile is not None:
+                _limit_descriptors(nofile)
+            if blocked:
+                signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
                 [str(binary.path), str(self.port), "127.0.0.1", str(redis_port)],
                 cwd=site, env=full_env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=err, preexec_fn=limit)
+                stdout=subprocess.PIPE, stderr=err,
+                preexec_fn=inherited if nofile is not None or blocked else None)
         self.pid = self.proc.pid
         if spawned:
             spawned(self)
