@@ -135,18 +135,33 @@ def big_file(lab, size=8 << 20):
     return "/big.bin"
 
 
-def keepalive_load(lab, port, requests, concurrency=50, hint=""):
-    """`ab -k` for / with `requests` over `concurrency` connections; every
-    request must succeed (else the failure, then `hint`). Returns ab's
-    report, its percentile table included."""
+def ab_ok(done):
+    """Whether an ab run served every request: exit 0, no non-2xx answer
+    and no failure but "Length" (a page whose length changes, as the
+    guestbook's visitor count does, is one to ab)."""
+    failed = re.search(r"Connect: (\d+), Receive: (\d+), Length: \d+, "
+                       r"Exceptions: (\d+)", done.stdout)
+    return (done.returncode == 0 and "Non-2xx" not in done.stdout and
+            ("Failed requests:        0" in done.stdout or failed is not None
+             and not any(int(n) for n in failed.groups())))
+
+
+def ab_said(done):
+    """ab's report on one line, without its banner."""
+    return " ".join((done.stdout.split("(be patient)...")[-1][-300:] +
+                     done.stderr[-300:]).split())
+
+
+def keepalive_load(lab, port, requests, concurrency=50, hint="", path="/"):
+    """`ab -k` for path with `requests` over `concurrency` connections;
+    every request must succeed (else the failure, then `hint`). Returns
+    ab's report, its percentile table included."""
     done = subprocess.run(
         ["ab", "-q", "-k", "-n", str(requests), "-c", str(concurrency), "-s",
-         str(int(seconds(30))), f"http://127.0.0.1:{port}/"],
+         str(int(seconds(30))), f"http://127.0.0.1:{port}{path}"],
         capture_output=True, text=True, timeout=seconds(120))
-    lab.expect(done.returncode == 0 and "Failed requests:        0"
-               in done.stdout, "ab failed: " + " ".join(  # not its banner
-                   (done.stdout.split("(be patient)...")[-1][-300:] +
-                    done.stderr[-300:]).split()) + hint)
+    lab.expect(ab_ok(done), f"ab -k -c {concurrency} {path} failed: "
+               + ab_said(done) + hint)
     return done.stdout
 
 
@@ -160,16 +175,8 @@ def connections(lab, port, count, concurrency=4, paths=("/", "/guestbook")):
             ["ab", "-q", "-n", str(share), "-c", str(concurrency), "-s",
              str(int(seconds(30))), f"http://127.0.0.1:{port}{path}"],
             capture_output=True, text=True, timeout=seconds(120))
-        # A page whose length changes (the guestbook's visitor count) is
-        # a "Length" failure to ab: only the others count.
-        failed = re.search(r"Connect: (\d+), Receive: (\d+), Length: \d+, "
-                           r"Exceptions: (\d+)", done.stdout)
-        lab.expect(done.returncode == 0 and "Non-2xx" not in done.stdout and
-                   ("Failed requests:        0" in done.stdout or failed and
-                    not any(int(n) for n in failed.groups())),
-                   f"ab -n {share} -c {concurrency} {path} failed: " +
-                   " ".join((done.stdout.split("(be patient)...")[-1][-200:]
-                             + done.stderr[-200:]).split()))
+        lab.expect(ab_ok(done), f"ab -n {share} -c {concurrency} {path} "
+                   "failed: " + ab_said(done))
 
 
 def footprint(pid):
