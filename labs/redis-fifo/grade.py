@@ -9,13 +9,15 @@ it hammers a dead Redis (a connect per page instead of a backoff), or it
 opens a link per command. Timings have wide margins; counts are exact."""
 
 import os
+import re
 import selectors
 import signal
 import socket
+import subprocess
 import time
 
-from grading import (Grader, asking_clients, get, seconds,  # labs/grading.py
-                     strace_count)
+from grading import (Grader, asking_clients, get,  # labs/grading.py
+                     keepalive_load, seconds, strace_count)
 
 STATIC_LIMIT = 0.3  # seconds for a static page while Redis is stalled
 WAITERS = 3  # guestbook requests parked on the stalled Redis
@@ -26,6 +28,26 @@ PAUSE = 0.25  # a Redis pause the server must sit out (its timeout is 1 s)
 GONE_PAGES = 30  # pages asked of a dead Redis, one every GONE_EVERY s
 GONE_EVERY = 0.05
 GONE_CONNECTS = 10  # connects allowed for them: the backoff makes about 5
+AT_ONCE = 0.25  # seconds: a 503 "at once" (no Redis to wait for)
+BACKOFF_MAX = 2.0  # the longest backoff (REDIS_BACKOFF_MAX_MS)
+BACK = BACKOFF_MAX + 1.0  # seconds after Redis is back: pages are 200 again
+SENDS = 1.5  # send() calls per guestbook page: its answer, and a share of
+# the one send a loop turn makes to Redis for every command queued in it
+FIFO_SLOTS = 64  # FIFO_INITIAL: a FIFO that cannot grow holds this many
+# A malloc() that fails for the FIFO's first growth (64 -> 128 pointers,
+# 1,024 bytes) and nothing else the server asks for: fault injection.
+NO_GROWTH = """#include <errno.h>
+#include <stddef.h>
+extern void *__libc_malloc(size_t);
+void *malloc(size_t n)
+{
+    if (n == 1024) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return __libc_malloc(n);
+}
+"""
 PAGE = b"GET /guestbook HTTP/1.0\r\n\r\n"
 STALL_HOW = ("watch it: redis-cli CLIENT PAUSE 3000, then curl -w "
              "'%{time_total}\\n' http://127.0.0.1:8000/guestbook")
@@ -117,7 +139,7 @@ def link_ready(lab, server):
                "parked? watch it: curl -i http://127.0.0.1:8000/guestbook")
 
 
-@grader.check(40, f"Redis stalled, {WAITERS} pages waiting: static files "
+@grader.check(25, f"Redis stalled, {WAITERS} pages waiting: static files "
               f"answered within {STATIC_LIMIT} s")
 def static_not_delayed(lab):
     server = lab.start()
@@ -140,7 +162,7 @@ def static_not_delayed(lab):
     return f"slowest GET / {slowest * 1000:.0f} ms"
 
 
-@grader.check(20, f"Redis stalled, a page every {STREAM_EVERY} s: each one "
+@grader.check(15, f"Redis stalled, a page every {STREAM_EVERY} s: each one "
               f"answered 503 within {REPLY_LIMIT} s")
 def stalled_pages_fail_fast(lab):
     server = lab.start()
@@ -165,7 +187,7 @@ def stalled_pages_fail_fast(lab):
     return f"slowest 503 after {slowest:.2f} s"
 
 
-@grader.check(15, f"Redis pauses {PAUSE} s (under its 1 s timeout): every "
+@grader.check(10, f"Redis pauses {PAUSE} s (under its 1 s timeout): every "
               "waiting page still served")
 def pause_sat_out(lab):
     server = lab.start()
@@ -188,11 +210,7 @@ def dead_redis_backoff(lab):
     server = lab.start()
     link_ready(lab, server)
     lab.redis.stop()
-    # Hold the port, unlistening, so every connect is refused at once and
-    # no other program can take the port meanwhile.
-    holder = socket.socket()
-    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    holder.bind(("127.0.0.1", lab.redis.port))
+    holder = refusing(lab.redis.port)
     answers = []
     try:
         calls = strace_count(server.pid, ["connect"], lambda: answers.extend(
@@ -205,10 +223,12 @@ def dead_redis_backoff(lab):
     finally:
         holder.close()
     statuses = sorted({status for status, _ in answers})
-    slow = [took for _, took in answers if took is None or took > seconds(1)]
+    slow = [took for _, took in answers
+            if took is None or took > seconds(AT_ONCE)]
     lab.expect(statuses == [503] and not slow,
-               f"statuses {statuses}, {len(slow)} pages slower than 1 s with "
-               "Redis gone")
+               f"statuses {statuses}, {len(slow)} pages slower than "
+               f"{AT_ONCE} s with Redis gone: a 503 comes at once while the "
+               "link backs off (no client parked without a link)")
     connects = calls.get("connect", 0)
     lab.expect(connects <= GONE_CONNECTS,
                f"{connects} connects to a dead Redis for {GONE_PAGES} pages in "
@@ -219,7 +239,139 @@ def dead_redis_backoff(lab):
     return f"{connects} connects"
 
 
-@grader.check(15, "the guestbook works: 50 pages at once, a post, one Redis "
+def refusing(port):
+    """A socket that holds a stopped Redis's port, unlistening: every
+    connect is refused at once, and no other program takes the port."""
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", port))
+    return holder
+
+
+@grader.check(10, f"Redis gone, then back while pages keep coming: 503s at "
+              f"once, then 200s within {BACK:.0f} s of its return")
+def backoff_recovers(lab):
+    server = lab.start()
+    link_ready(lab, server)
+    lab.redis.stop()
+    holder = refusing(lab.redis.port)
+    try:
+        down = answer_times(server.port, 25, 0.1, limit=1)
+    finally:
+        holder.close()
+    slow = [took for status, took in down
+            if status != 503 or took is None or took > seconds(AT_ONCE)]
+    lab.expect(not slow, f"{len(slow)} of 25 pages with Redis gone were not "
+               f"answered 503 within {AT_ONCE} s")
+    lab.redis.start()  # the same port
+    back = time.monotonic()
+    while time.monotonic() - back < seconds(BACK):
+        status, _ = get(server.port, "/guestbook")
+        if status == 200:
+            return f"200 again {time.monotonic() - back:.1f} s after"
+        time.sleep(0.1)
+    lab.expect(False, f"no 200 within {seconds(BACK):.0f} s of Redis coming "
+               "back, while a page came every 0.1 s: does each page push "
+               "the next connect back (a failure counted per page, or a "
+               "client parked with no link)? The backoff is at most "
+               f"{BACKOFF_MAX:.0f} s; watch it: stop redis-server, curl in "
+               "a loop, start it again")
+
+
+@grader.check(10, "a connect to Redis that hangs (its SYNs unanswered) "
+              "blocks nothing: static pages at once, the page 503 in 2 s")
+def connect_never_blocks(lab):
+    lab.redis.stop()
+    holder = socket.socket()  # a port whose accept queue is full: the
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", lab.redis.port))  # kernel drops new SYNs
+    holder.listen(0)
+    fillers = []
+    try:
+        for _ in range(3):
+            f = socket.socket()
+            f.setblocking(False)
+            f.connect_ex(("127.0.0.1", lab.redis.port))
+            fillers.append(f)
+        time.sleep(0.1)
+        server = lab.start()
+        page = send_page_requests(server.port, 1)[0]
+        time.sleep(seconds(0.1))  # its connect is under way
+        start = time.monotonic()
+        try:
+            status, _ = get(server.port, "/", timeout=3)
+        except OSError:
+            status = 0
+        took = time.monotonic() - start
+        lab.expect(status == 200 and took <= seconds(STATIC_LIMIT),
+                   f"GET / answered {status} after {took:.2f} s while a "
+                   "connect to Redis hung: a blocking connect() stops the "
+                   "loop (redis_connect() connects without waiting)")
+        page.settimeout(seconds(REPLY_LIMIT + 1))
+        try:
+            got = status_of(page)
+        except OSError:
+            got = 0
+        lab.expect(got == 503, f"the guestbook page waiting on a connect "
+                   f"that hangs was answered {got or 'nothing'} within "
+                   f"{REPLY_LIMIT + 1:.0f} s: the connect has the reply "
+                   "deadline too")
+    finally:
+        for f in fillers:
+            f.close()
+        holder.close()
+
+
+@grader.check(5, f"commands go to Redis together: at most {SENDS} send() "
+              "calls per guestbook page under ab -k -c 50")
+def one_send_per_turn(lab):
+    server = lab.start()
+    link_ready(lab, server)
+    pages = 2000
+    calls = strace_count(server.pid, ["sendto"], lambda: keepalive_load(
+        lab, server.port, pages, 50, path="/guestbook"))
+    per = calls.get("sendto", 0) / pages
+    lab.expect(per <= SENDS, f"{per:.2f} send() calls per guestbook page "
+               "(its answer, and a send to Redis per command?): queue each "
+               "command in the link's output buffer, which the loop sends "
+               "once a turn for all (the pipelining); watch: strace -c -e "
+               "trace=sendto -p PID under ab -k -n 2000 -c 50 .../guestbook")
+    return f"{per:.2f} per page"
+
+
+@grader.check(5, f"a FIFO that cannot grow (malloc fails past {FIFO_SLOTS} "
+              "waiters): those clients get 503, every later reply is right")
+def fifo_full_cut_back(lab):
+    shim = lab.workdir / "no_growth.so"
+    source = lab.workdir / "no_growth.c"
+    source.write_text(NO_GROWTH)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
+                    str(source)], check=True, capture_output=True)
+    server = lab.start(env={"LD_PRELOAD": str(shim)})
+    link_ready(lab, server)
+    lab.stall_redis()  # they all wait: the FIFO fills past its 64
+    socks = send_page_requests(server.port, 2 * FIFO_SLOTS)
+    time.sleep(seconds(0.2))
+    resume_redis(lab)
+    statuses = [status_of(s) for s in socks]
+    lab.expect(set(statuses) <= {200, 503} and statuses.count(200) >= 32,
+               f"{statuses.count(200)} pages 200 and {statuses.count(503)} "
+               f"503 of {2 * FIFO_SLOTS}, others {sorted(set(statuses))}")
+    counts = []
+    for _ in range(5):
+        status, page = get(server.port, "/guestbook")
+        found = re.search(rb"Visitors so far: (\d+)", page)
+        counts.append((status, int(found[1]) if found else None))
+    lab.expect(all(st == 200 for st, _ in counts) and all(
+        b[1] is not None and a[1] is not None and b[1] == a[1] + 1
+        for a, b in zip(counts, counts[1:])),
+        f"after clients the FIFO could not take: 5 pages one after another "
+        f"gave {counts} (status, visitor count): the replies no longer "
+        "match the clients (a command left in rd->out when fifo_push() "
+        "failed: cut it back out)")
+
+
+@grader.check(10, "the guestbook works: 50 pages at once, a post, one Redis "
               "link, a clean stop")
 def guestbook_works(lab):
     server = lab.start()
