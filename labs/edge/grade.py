@@ -12,6 +12,7 @@ epoll_ctl() calls, so re-arming on every call cannot stand in for the
 work."""
 
 import os
+import signal
 import socket
 import threading
 import time
@@ -104,7 +105,7 @@ def edge_triggered(lab):
                "8000xxxx is edge)")
 
 
-@grader.check(25, f"{PIPELINED} pipelined requests on one connection, then "
+@grader.check(20, f"{PIPELINED} pipelined requests on one connection, then "
               f"{BURST} clients at once with {BURST_EACH} each: all answered")
 def pipelined(lab):
     server = lab.start()
@@ -172,7 +173,7 @@ def big_download(lab):
                "http://127.0.0.1:8000/big.bin with a big file in public/")
 
 
-@grader.check(15, "a guestbook page whose Redis reply is 150 KB")
+@grader.check(10, "a guestbook page whose Redis reply is 150 KB")
 def big_redis_reply(lab):
     server = lab.start()
     for i in range(100):
@@ -190,7 +191,7 @@ def big_redis_reply(lab):
                "curl http://127.0.0.1:8000/guestbook")
 
 
-@grader.check(15, f"{LINGERERS} bodies refused (413) at once: each drained "
+@grader.check(10, f"{LINGERERS} bodies refused (413) at once: each drained "
               "before the close, so no client is reset")
 def linger_drained(lab):
     server = lab.start()
@@ -228,19 +229,25 @@ def linger_drained(lab):
                "http://127.0.0.1:8000/")
 
 
-@grader.check(10, "clients that send 1, 10 and 1,000 pipelined requests, "
-              "then a FIN (half-close): all answered")
+@grader.check(15, "clients that send 1, 10 and 1,000 pipelined requests, "
+              "a guestbook page, or an 8 MiB file, then a FIN (half-close): "
+              "all answered in full")
 def half_closed(lab):
+    path = big_file(lab)
     server = lab.start()
     socks = []
-    for count in HALF_CLOSED:  # at once: the FIN is in before any answer
+    asks = [HEAD * count for count in HALF_CLOSED] + [
+        b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n",
+        f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()]
+    for ask in asks:  # at once: the FIN is in before any answer
         s = socket.create_connection(("127.0.0.1", server.port),
                                      timeout=seconds(5))
-        s.sendall(HEAD * count)
+        s.sendall(ask)
         s.shutdown(socket.SHUT_WR)
         socks.append(s)
     got = [responses(s, count, limit=SILENCE)
            for s, count in zip(socks, HALF_CLOSED)]
+    whole = [len(read_all(s)) for s in socks[len(HALF_CLOSED):]]
     for s in socks:
         s.close()
     lab.expect(got == list(HALF_CLOSED),
@@ -248,6 +255,59 @@ def half_closed(lab):
                "a FIN: draining to EOF closed the connection before the "
                "requests already read were answered; watch it: the handout's "
                "pipelining one-liner with s.shutdown(1) after its sendall")
+    lab.expect(whole[0] > 1000 and whole[1] > 8 << 20,
+               f"{whole[0]} bytes for a guestbook page and {whole[1]} for an "
+               "8 MiB file, each asked for just before a FIN: the answer was "
+               "cut at the FIN (a client that half-closes still reads: "
+               "finish what is under way, then close)")
+
+
+def read_all(sock):
+    """Everything the server sends until it closes (or falls silent)."""
+    sock.settimeout(seconds(SILENCE))
+    data = b""
+    try:
+        while chunk := sock.recv(1 << 20):
+            data += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return data
+
+
+@grader.check(10, "a request that arrives while the one before it waits "
+              "(on Redis, or on a client reading a big file) is answered "
+              "after it")
+def arrives_while_busy(lab):
+    path = big_file(lab)
+    server = lab.start()
+    lab.expect(get(server.port, "/guestbook")[0] == 200, "no guestbook page")
+    waiting = socket.create_connection(("127.0.0.1", server.port),
+                                       timeout=seconds(5))
+    waiting.sendall(HEAD)  # a keep-alive client, read-ready when it asks
+    lab.expect(responses(waiting, 1, limit=SILENCE) == 1, "no answer")
+    lab.stall_redis()
+    waiting.sendall(b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.3)  # parked on Redis; the next one comes as a new edge
+    waiting.sendall(HEAD)
+    time.sleep(0.3)
+    os.kill(lab.redis.proc.pid, signal.SIGCONT)
+    lab.stalled = False
+    on_redis = responses(waiting, 2, limit=SILENCE)
+    waiting.close()
+    sending = socket.create_connection(("127.0.0.1", server.port),
+                                       timeout=seconds(5))
+    sending.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    sending.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    time.sleep(0.3)  # the file fills the socket: the server waits on us
+    sending.sendall(HEAD)
+    on_file = responses(sending, 2, limit=SILENCE)
+    sending.close()
+    lab.expect(on_redis == 2 and on_file == 2,
+               f"{on_redis} of 2 answers when the second request came while "
+               f"the first waited on a stalled Redis, {on_file} of 2 when it "
+               "came while an 8 MiB file was being sent: its edge came while "
+               "the connection was busy, and no other will (read it when it "
+               "comes, or read again after each answer)")
 
 
 @grader.check(10, f"at most {CTL_PER_REQUEST} epoll_ctl() per request under "
