@@ -14,10 +14,10 @@ import random
 import re
 
 from grading import (Grader, asking_clients, big_file,  # labs/grading.py
-                     build_reference, descriptors, keepalive_load,
+                     build_reference, descriptors, get, keepalive_load,
                      kept_clients, raise_open_file_limit, seconds,
                      user_ticks, wait_for)
-from rawhttp import open_asking  # tests/rawhttp.py
+from rawhttp import Connection, open_asking  # tests/rawhttp.py
 
 IDLE = 5000  # idle keep-alive clients beside the busy ones
 REQUESTS = 20000  # keep-alive requests for /, 50 at a time
@@ -27,6 +27,9 @@ CHURN = 100  # clients open at once while half of them come and go
 ROUNDS = 4
 WAIT_MS = 500  # the slowest keep-alive request; the reference's: ~10 ms
 ASK = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+BIG = 8 << 20  # a file no socket takes in one send: its sender needs POLLOUT
+RESTARTS = 3  # Redis restarts, each followed by a churn round
+NOFILE = 150  # the server's descriptor limit in the out-of-descriptors part
 HALF = ASK[:-2]  # a request begun: the server holds it 10 s, not 5
 grader = Grader("lookup")
 
@@ -72,7 +75,7 @@ def close_all(lab, server, idle):
                f"open 20 s after {len(idle)} clients hung up")
 
 
-@grader.check(30, f"finding the owner of a ready fd: user CPU for {REQUESTS} "
+@grader.check(25, f"finding the owner of a ready fd: user CPU for {REQUESTS} "
               f"keep-alive requests with {IDLE} idle clients at most "
               f"{RATIO:g}x the reference's")
 def lookup_is_cheap(lab):
@@ -84,7 +87,7 @@ def lookup_is_cheap(lab):
         f"{REQUESTS} keep-alive requests beside {IDLE} idle clients")
 
 
-@grader.check(20, "finding the entry that fills a hole: user CPU while "
+@grader.check(15, "finding the entry that fills a hole: user CPU while "
               f"{CLOSES} clients hang up at most {RATIO:g}x the reference's")
 def churn_is_cheap(lab):
     count = min(CLOSES, raise_open_file_limit() - 100)
@@ -118,8 +121,9 @@ def scan_is_fair(lab):
 def churn_round(port, conns, rng):
     """Half of conns hang up (the server's entries move into the holes),
     as many new clients ask and are answered, then every open client asks
-    once more (every tenth for a large file, which needs POLLOUT on its
-    entry): how many of those were not answered."""
+    once more (every tenth, and the newest, for a large file, which needs
+    POLLOUT on its entry; every tenth for the guestbook, which needs the
+    Redis link's): how many of those were not answered."""
     rng.shuffle(conns)
     for c in conns[:CHURN // 2]:
         c.close()
@@ -129,7 +133,8 @@ def churn_round(port, conns, rng):
         c.read_response()
     for k, c in enumerate(conns):
         c.send(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" %
-               (b"/big.bin" if k % 10 == 0 else b"/notes.txt"))
+               (b"/big.bin" if k % 10 == 0 or k == len(conns) - 1 else
+                b"/guestbook" if k % 10 == 5 else b"/notes.txt"))
     lost = 0
     for c in conns:
         try:
@@ -139,12 +144,12 @@ def churn_round(port, conns, rng):
     return lost
 
 
-@grader.check(30, f"{CHURN} keep-alive clients, half of them replaced "
+@grader.check(25, f"{CHURN} keep-alive clients, half of them replaced "
               f"{ROUNDS} times: every client still open is answered, "
               "large files too")
 def churn_keeps_owners(lab):
     server = lab.start()
-    big_file(lab, 1 << 20)
+    big_file(lab, BIG)
     lab.expect("anon_inode:[eventpoll]" not in
                descriptors(server.pid).values(),
                "the server holds an epoll descriptor: the lab is poll()'s "
@@ -170,6 +175,70 @@ def churn_keeps_owners(lab):
                 lost = f"{lost} of {len(conns)} open clients lost"
             lab.expect(lost.startswith("0 of"), f"churn round {turn}: {lost}: "
                        f"{watch}")
+    finally:
+        for c in conns:
+            c.close()
+
+
+@grader.check(15, f"watches that leave and come back: Redis restarted "
+              f"{RESTARTS} times, the listener paused out of descriptors; "
+              "every client still answered")
+def watches_come_back(lab):
+    server = lab.start()
+    big_file(lab, BIG)
+    rng = random.Random(22)
+    conns = []
+    try:
+        for c in open_asking(server.port, CHURN, conns, ASK, 5):
+            c.read_response()
+        for turn in range(RESTARTS):  # the link's watch leaves, comes back
+            lab.redis.stop()
+            lab.redis.start()
+            status = wait_for(lambda: get(server.port, "/guestbook")[0],
+                              lambda st: st == 200, limit=4)  # its backoff
+            lab.expect(status == 200, f"after Redis restart {turn + 1}: the "
+                       f"guestbook page answered {status} for 4 s")
+            lost = churn_round(server.port, conns, rng)
+            lab.expect(lost == 0, f"after Redis restart {turn + 1}: {lost} "
+                       f"of {len(conns)} open clients lost: the Redis "
+                       "link's watch, unwatched when the link failed, left "
+                       "behind in the hash or hashed twice when it came back?")
+    except (AssertionError, OSError) as error:
+        lab.expect(False, f"the server stopped answering after a Redis "
+                   f"restart ({str(error)[:80]})")
+    finally:
+        for c in conns:
+            c.close()
+    server.stop()
+    server = lab.start(nofile=NOFILE)  # out of descriptors: the listener
+    conns = []  # is unwatched while it waits, and watched again after
+    try:
+        for _ in range(2):
+            more = []
+            for _ in range(NOFILE + 20):
+                try:
+                    more.append(Connection(server.port, timeout=5))
+                except OSError:
+                    break
+            for c in more[:NOFILE // 2]:  # some of them get through
+                c.send(ASK)
+            conns += more
+            rng.shuffle(conns)
+            for c in conns[NOFILE // 3:]:  # most leave: accepting resumes
+                c.close()
+            del conns[NOFILE // 3:]
+            lost = 0
+            for c in conns:
+                try:
+                    c.send(ASK)
+                    lost += c.read_response().status != 200
+                except (AssertionError, OSError):
+                    lost += 1
+            lab.expect(lost <= len(conns) // 2, f"out of descriptors, then "
+                       f"not: {lost} of {len(conns)} clients lost")
+        status, _ = get(server.port, "/")
+        lab.expect(status == 200, f"GET / answered {status} once descriptors "
+                   "were free again: the listener's watch did not come back")
     finally:
         for c in conns:
             c.close()
