@@ -428,6 +428,14 @@ def slowed(pid, syscall, delay, during):
             f"inject={syscall}:delay_exit={int(delay * 1e6)}")
 
 
+def failing(pid, syscall, error, during):
+    """Runs during() while every `syscall` of pid (every thread) fails
+    with `error` (e.g. "ENOMEM"), by strace's fault injection: what the
+    server does when the kernel says no, which no black box reaches."""
+    _strace(pid, [syscall], during, "-f", "-e",
+            f"inject={syscall}:error={error}")
+
+
 # What a signal handler may call: signal-safety(7)'s list, the calls a
 # server's handler could want. A handler that calls anything must also
 # give errno back as it found it: the code it interrupted may be about to

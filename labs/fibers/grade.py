@@ -9,12 +9,14 @@ PROT_NONE page right below each fiber's stack, and gone with it."""
 import resource
 from pathlib import Path
 
-from grading import (Grader, asking_clients, death_telling, get,  # labs/
+from grading import (Grader, asking_clients, build_reference,  # labs/
+                     death_telling, failing, get, status_field,
                      wait_for)
 from processes import (fd_count, guarded_stacks,  # tests/processes.py
                        settled)
 
 CLIENTS = 200  # kept connections served at once: a fiber each
+REFUSED = 20  # clients that come while every mprotect() fails
 RUN = ("gdb -ex run --args ./fibers 8000, then curl http://127.0.0.1:8000/ "
        "from another shell; bt and info registers rsp show where it was")
 MAPS = "watch /proc/$(pgrep -x fibers)/maps under 100 kept clients"
@@ -50,7 +52,7 @@ def mappings(pid):
     return len(Path(f"/proc/{pid}/maps").read_text().splitlines())
 
 
-@check(40, f"fibers switch: {CLIENTS} kept clients at once, pages and the "
+@check(35, f"fibers switch: {CLIENTS} kept clients at once, pages and the "
        "guestbook")
 def switching(lab):
     server = lab.start()
@@ -63,15 +65,27 @@ def switching(lab):
     lab.expect(answered == CLIENTS, f"{answered} of {CLIENTS} answered")
 
 
-@check(40, f"each of {CLIENTS} fibers' stacks has its own PROT_NONE page "
-       "right below it, unmapped with the stack")
-def guard_pages(lab):
-    server = lab.start()
+def at_rest(lab, binary=None):
+    """A server (the student's, or binary) that has served one client and
+    holds only its acceptor's fiber: (server, open descriptors, guarded
+    stacks, one-page guards, mappings)."""
+    server = lab.start(binary=binary)
     lab.expect(get(server.port, "/")[0] == 200, "GET / failed")
-    # Once that client's fiber is gone: the acceptor's stack alone.
     fds = settled(lambda: fd_count(server.pid), "the open descriptors")
-    stacks, guards = guarded_stacks(server.pid), one_page_guards(server.pid)
-    vmas = mappings(server.pid)
+    return (server, fds, guarded_stacks(server.pid),
+            one_page_guards(server.pid), mappings(server.pid))
+
+
+@check(35, f"each of {CLIENTS} fibers' stacks has its own PROT_NONE page "
+       "right below it, the acceptor's too, unmapped with the stack")
+def guard_pages(lab):
+    reference = at_rest(lab, build_reference("10_fibers", lab.workdir))
+    reference[0].stop()
+    server, fds, stacks, guards, vmas = at_rest(lab)
+    lab.expect(stacks >= reference[2], f"at rest (only the acceptor's fiber "
+               f"left), {stacks} guarded stacks, the reference has "
+               f"{reference[2]}: the acceptor's stack has no guard below it "
+               f"(every fiber's stack needs one); {MAPS}")
     clients, answered = open_clients(server.port, CLIENTS)
     lab.expect(answered == CLIENTS, f"{answered} of {CLIENTS} answered")
     guarded = guarded_stacks(server.pid) - stacks
@@ -105,6 +119,39 @@ def guard_pages(lab):
     lab.expect(left <= 0, f"{left} guard pages still mapped after every "
                "client left (each fiber_free must unmap its guard with its "
                f"stack): {MAPS}, then after they leave")
+
+
+@check(10, f"mprotect() failing: the {REFUSED} clients that came meanwhile "
+       "are refused (no stack without a guard), nothing is leaked")
+def guard_fails(lab):
+    server = at_rest(lab)[0]
+    size = status_field(server.pid, "VmSize")  # KiB
+    answered = []
+
+    def clients_while_refused():
+        socks = asking_clients(server.port, REFUSED,
+                               b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        for s in socks:
+            s.settimeout(3)
+            try:
+                answered.append(s.recv(65536).startswith(b"HTTP/1.1 200"))
+            except OSError:
+                answered.append(False)
+            s.close()
+
+    failing(server.pid, "mprotect", "ENOMEM", clients_while_refused)
+    served = sum(answered)
+    lab.expect(served == 0, f"{served} of {REFUSED} clients served while "
+               "every mprotect() failed: each on a stack with no guard "
+               "below it (check mprotect's result: refuse the client, "
+               "unmap the stack)")
+    grown = wait_for(lambda: status_field(server.pid, "VmSize") - size,
+                     lambda kib: kib <= 256, limit=5)
+    lab.expect(grown <= 256, f"{grown} KiB more address space than before "
+               f"{REFUSED} clients were refused: a stack mapped for a fiber "
+               "that never ran was not unmapped")
+    lab.expect(get(server.port, "/")[0] == 200, "GET / failed once "
+               "mprotect() worked again")
 
 
 grader.still_serves(20)
