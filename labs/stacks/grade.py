@@ -10,9 +10,10 @@ memory map, whatever sets them."""
 
 import time
 
-from grading import (Grader, Unmet, get, idle_clients,  # labs/grading.py
-                     kept_clients, no_leak, raise_open_file_limit, seconds,
-                     status_field, thread_stacks, wait_for)
+from grading import (Grader, HeldClients, Unmet, get,  # labs/grading.py
+                     idle_clients, kept_clients, no_leak,
+                     raise_open_file_limit, seconds, status_field,
+                     thread_stacks, wait_for)
 from rawhttp import FORM_HEAD, Connection
 
 IDLE = 300  # idle keep-alive clients: a thread (and a stack) each
@@ -20,7 +21,8 @@ LIMIT_KB = 1024  # virtual memory per thread: a 64 KiB stack is far below
 MARGIN = 2  # a stack at least this many times the deepest use seen
 DEEP = 20  # clients at once, each through the deepest requests
 CROWD = 1500  # clients at once, past any fixed number of stacks kept ready
-SERIAL = 1000  # connections one after another: none may leave memory behind
+SERIAL = 5000  # connections one after another: none may leave memory
+# behind, nor take the stack of a client that stays
 # One malloc arena for all threads: glibc otherwise reserves 64 MiB of
 # address space per arena (up to 8 per core), which would swamp the stacks.
 ENV = {"MALLOC_ARENA_MAX": "1"}
@@ -56,14 +58,22 @@ def threads_for(lab, server, clients):
 
 def deep_requests(lab, server):
     """DEEP keep-alive clients, each through the requests that go deepest
-    (a form POST, the guestbook page, a large header, an error page), left
-    open: their threads live, their stacks as deep as they ever went."""
+    (a form POST, the guestbook page, a large header, an error page), then
+    DEEP more for each refusal (413, 431, 414), left open: their threads
+    live, their stacks as deep as they ever went."""
     body = b"guest-name=" + b"n" * 90 + b"&guest-remarks=" + b"%41" * 1900
     asks = [FORM_HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body,
             b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n",
             b"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * 6000 +
             b"\r\n\r\n",
             b"GET /no/such/page HTTP/1.1\r\nHost: x\r\n\r\n"]
+    # Refusals go deeper still: the close lingers, draining what is left.
+    # A body over the limit (413), a header too long (431), a target too
+    # long (414): each closes its connection, so each has clients of its
+    # own, the last still lingering when the caller looks at the stacks.
+    refusals = [FORM_HEAD + b"Content-Length: 60000\r\n\r\n" + b"x" * 100,
+                b"GET / HTTP/1.1\r\nX-Pad: " + b"p" * 9000 + b"\r\n\r\n",
+                b"GET /" + b"u" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"]
     step = "connecting"
     try:
         conns = [Connection(server.port, timeout=seconds(5))
@@ -74,6 +84,15 @@ def deep_requests(lab, server):
                 conn.send(raw)
             for conn in conns:
                 conn.read_response()
+        for raw in refusals:  # each on DEEP more clients at once
+            step = f"{raw[:16]!r}... (refused)"
+            refused = [Connection(server.port, timeout=seconds(5))
+                       for _ in range(DEEP)]
+            for conn in refused:
+                conn.send_tolerating_reset(raw)
+            for conn in refused:
+                conn.read_response()
+            conns += refused
     except (OSError, AssertionError):
         alive(lab, server, f"{step} on {DEEP} clients at once")
         raise
@@ -186,10 +205,17 @@ def crowd(lab):
 
 
 @grader.check(10, f"{SERIAL} connections one after another leave no memory "
-              "behind")
+              "behind, beside a client that stays")
 def no_leaks(lab):
     server = start(lab)
-    return no_leak(lab, server, SERIAL, watch=WATCH)
+    with HeldClients(server.port, 1) as held:  # its thread stays, asleep
+        grown = no_leak(lab, server, SERIAL, watch=WATCH)  # on its stack
+    alive(lab, server, f"{SERIAL * 6 // 5} connections one after another "
+          "beside a keep-alive client")
+    lab.expect(held.answered and not held.errors, "a keep-alive client "
+               f"asking every 0.5 s meanwhile: {'; '.join(held.errors[:1])}"
+               " (its thread's stack given to another thread?)")
+    return grown
 
 
 @grader.check(10, "pages and the guestbook still served; a clean stop")
