@@ -11,12 +11,15 @@ speeds; every wait is generous."""
 import os
 import signal
 import socket
+import subprocess
+import time
 
-from grading import (Grader, HeldClients, Unmet, get,  # labs/grading.py
-                     live_children, seconds, stopped, wait_for,
+from grading import (Grader, HeldClients, Unmet, failing,  # labs/
+                     get, live_children, seconds, stopped, wait_for,
                      zombie_children)
 
 WORKERS = 4
+CROWD = 32  # a bigger pool, most of it dying at once
 ROUNDS = 8  # generations of replacements, each killed in turn
 # The server inherits a blocked signal, as from a shell or a supervisor of
 # its own: the first workers get that mask back, and so must replacements
@@ -30,26 +33,26 @@ WATCH = ("watch: ZEROHTTPD_WORKERS=4 ./preforked 8000 & kill -9 "
 grader = Grader("supervisor")
 
 
-def pool(lab):
-    """A server with WORKERS workers, all started."""
-    server = lab.start(env={"ZEROHTTPD_WORKERS": str(WORKERS)},
+def pool(lab, workers=WORKERS):
+    """A server with `workers` workers, all started."""
+    server = lab.start(env={"ZEROHTTPD_WORKERS": str(workers)},
                        blocked=INHERITED)
     started = wait_for(lambda: live_children(server.pid),
-                       lambda w: len(w) == WORKERS, limit=3)
-    lab.expect(len(started) == WORKERS, f"{len(started)} workers at start "
-               f"(ZEROHTTPD_WORKERS={WORKERS}); watch: ps -o pid,stat --ppid "
+                       lambda w: len(w) == workers, limit=3)
+    lab.expect(len(started) == workers, f"{len(started)} workers at start "
+               f"(ZEROHTTPD_WORKERS={workers}); watch: ps -o pid,stat --ppid "
                "PID")
     return server, started
 
 
-def refilled(lab, server, victims, what):
-    """The pool is WORKERS live workers again, none of them a victim, and
-    no zombie: its workers' PIDs."""
+def refilled(lab, server, victims, what, workers=WORKERS):
+    """The pool is `workers` live workers again, none of them a victim,
+    and no zombie: its workers' PIDs."""
     alive = wait_for(lambda: live_children(server.pid),
-                     lambda w: len(w) == WORKERS and not set(w) & set(victims),
+                     lambda w: len(w) == workers and not set(w) & set(victims),
                      limit=2)
-    lab.expect(len(alive) == WORKERS and not set(alive) & set(victims),
-               f"{len(alive)} live workers of {WORKERS} 2 s after {what}; "
+    lab.expect(len(alive) == workers and not set(alive) & set(victims),
+               f"{len(alive)} live workers of {workers} 2 s after {what}; "
                f"{WATCH}")
     zombies = zombie_children(server.pid)
     lab.expect(not zombies, f"{len(zombies)} zombie workers after {what}; "
@@ -94,14 +97,14 @@ def serves_beside_held(lab, server):
                "ZEROHTTPD_WORKERS=1 after kill -9 of the worker")
 
 
-@grader.check(15, "a worker killed with SIGKILL is replaced within 2 s")
+@grader.check(10, "a worker killed with SIGKILL is replaced within 2 s")
 def replaced(lab):
     server, workers = pool(lab)
     kill(workers[:1])
     refilled(lab, server, workers[:1], "SIGKILL to one worker")
 
 
-@grader.check(20, f"{WORKERS - 1} workers die at once (one SIGCHLD): all "
+@grader.check(15, f"{WORKERS - 1} workers die at once (one SIGCHLD): all "
               "replaced")
 def bursts(lab):
     server, workers = pool(lab)
@@ -129,7 +132,7 @@ def generations(lab):
         victim = (set(workers) - before).pop()
 
 
-@grader.check(15, "replacements are forked like the first workers (signal "
+@grader.check(10, "replacements are forked like the first workers (signal "
               "mask) and serve")
 def like_first(lab):
     server, workers = pool(lab)
@@ -147,7 +150,7 @@ def like_first(lab):
     serves_beside_held(lab, server)
 
 
-@grader.check(15, f"whatever the death ({', '.join(DEATHS)}): each worker "
+@grader.check(10, f"whatever the death ({', '.join(DEATHS)}): each worker "
               "is replaced")
 def any_death(lab):
     server, workers = pool(lab)
@@ -180,7 +183,73 @@ def alive(pid):
     return status_field_text(pid, "State")[:1] not in ("Z", "(")
 
 
-@grader.check(15, "every worker killed: the pool comes back, answers and "
+@grader.check(10, f"{CROWD} workers, {CROWD * 3 // 4} of them die at once "
+              "(one SIGCHLD): all replaced within 2 s")
+def many_die(lab):
+    server, workers = pool(lab, CROWD)
+    victims = workers[:CROWD * 3 // 4]
+    with stopped(server.pid):  # the deaths pile up; signals do not queue
+        for k, victim in enumerate(victims):
+            kill([victim], list(DEATHS.values())[k % len(DEATHS)])
+        wait_for(lambda: len(zombie_children(server.pid)),
+                 lambda n: n >= len(victims), limit=5)
+    refilled(lab, server, victims, f"{len(victims)} of {CROWD} workers died "
+             "while the supervisor could not run (a fixed batch, a cap on "
+             "restarts, or a pause per replacement?)", CROWD)
+
+
+@grader.check(5, "a worker stopped and continued (SIGSTOP, SIGCONT) is not "
+              "dead: not replaced, and the stop still works")
+def stopped_worker(lab):
+    server, workers = pool(lab)
+    os.kill(workers[0], signal.SIGSTOP)
+    time.sleep(seconds(0.5))
+    os.kill(workers[0], signal.SIGCONT)
+    time.sleep(seconds(0.5))
+    now = live_children(server.pid)
+    lab.expect(sorted(now) == sorted(workers), f"{len(now)} workers after "
+               f"one was stopped and continued, {len(set(now) - set(workers))}"
+               " of them new: a stopped worker was taken for dead (waitpid "
+               "with WUNTRACED reports stops too)")
+    stops(lab, server)
+
+
+@grader.check(5, "a fork that fails does not bring the supervisor down")
+def fork_fails(lab):
+    server, workers = pool(lab)
+
+    def deaths_while_fork_fails():
+        kill(workers[:2])
+        time.sleep(seconds(1))
+
+    failing(server.pid, "clone", "EAGAIN", deaths_while_fork_fails)
+    time.sleep(seconds(1.5))  # a supervisor that retries may refill now
+    lab.expect(server.proc.poll() is None, "the supervisor exited "
+               f"({server.proc.poll()}) when fork() failed for a "
+               "replacement: a failed fork leaves a slot empty (or tried "
+               "again later), never ends the server; watch: strace -e "
+               "inject=clone:error=EAGAIN -p PID, then kill -9 a worker")
+    status = get(server.port, "/", timeout=3)[0]
+    lab.expect(status == 200, f"GET / answered {status} after a failed fork")
+    stops(lab, server)
+
+
+@grader.check(5, "SIGINT (Ctrl-C) stops it as SIGTERM does")
+def sigint_stops(lab):
+    server, workers = pool(lab)
+    kill(workers[:1])
+    refilled(lab, server, workers[:1], "SIGKILL to one worker")
+    server.proc.send_signal(signal.SIGINT)
+    try:
+        code = server.proc.wait(timeout=seconds(5))
+    except subprocess.TimeoutExpired:
+        code = None
+    seen = "still running after 5 s" if code is None else f"exit {code}"
+    lab.expect(code == 0, f"SIGINT: {seen}: the supervisor must stop on "
+               "SIGINT as on SIGTERM (both are in the set it waits for)")
+
+
+@grader.check(10, "every worker killed: the pool comes back, answers and "
               "stops cleanly")
 def serves_after(lab):
     server, workers = pool(lab)
