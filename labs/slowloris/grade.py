@@ -7,6 +7,8 @@ clients, inside the 5 s idle and 10 s request limits, must still be served
 (a lower bound). The pool is checked to be the size asked for, so more
 threads cannot stand in for the deadlines."""
 
+import selectors
+import socket
 import threading
 import time
 
@@ -17,6 +19,8 @@ from rawhttp import Connection  # tests/rawhttp.py
 THREADS = 8  # the pool under attack
 ATTACKERS = THREADS + 5  # more connections than threads
 BURST = 10  # new clients arriving at once while the pool is under attack
+WIDE = 16  # threads when each attacker is timed (one for each)
+CUT = 11.5  # seconds: the 10 s request limit, and a margin
 WATCH = (f"watch it: ZEROHTTPD_THREADS={THREADS} ./prethreaded 8000, the "
          f"handout's {ATTACKERS} idle sockets, then time curl "
          "http://127.0.0.1:8000/")
@@ -104,7 +108,7 @@ def under_attack(lab, attackers, limit, every=None, pieces=None):
             s.close()
 
 
-@grader.check(20, f"{ATTACKERS} idle connections against {THREADS} threads: "
+@grader.check(15, f"{ATTACKERS} idle connections against {THREADS} threads: "
               f"{BURST} new clients are served within 8 s")
 def idle_attack(lab):
     server = pool_server(lab)
@@ -116,7 +120,7 @@ def idle_attack(lab):
     return f"served after {took:.1f} s"
 
 
-@grader.check(20, f"{ATTACKERS} connections sending a byte a second: "
+@grader.check(15, f"{ATTACKERS} connections sending a byte a second: "
               f"{BURST} new clients are served within 14 s")
 def slow_attack(lab):
     server = pool_server(lab)
@@ -132,7 +136,7 @@ def slow_attack(lab):
     return f"served after {took:.1f} s"
 
 
-@grader.check(15, f"{ATTACKERS} connections sending a head over 7 s, then a "
+@grader.check(10, f"{ATTACKERS} connections sending a head over 7 s, then a "
               f"body a byte a second: {BURST} new clients are served within "
               "14 s")
 def slow_body_attack(lab):
@@ -145,6 +149,95 @@ def slow_body_attack(lab):
                "a second (a clock started again for the body? the 10 s "
                "count from the request's first byte, body included)")
     return f"served after {took:.1f} s"
+
+
+def attack_plan(start):
+    """Attackers of every shape, each a list of (seconds from `start`,
+    bytes to send), and the moment its request's 10 s begin. The slow
+    head a byte a second (staggered starts: every request has a clock of
+    its own); a request answered with the start of the next, which then
+    waits 9 s and trickles (its clock started with those first bytes); a
+    POST with Expect: 100-continue, its head over 7 s, then its body a
+    byte a second (the 100 Continue restarts nothing); a byte every 9 s
+    (no single wait is long, the request is)."""
+    ask = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+    expect = POST_HEAD.replace(b"\r\n\r\n",
+                               b"\r\nExpect: 100-continue\r\n\r\n")
+    plans = []
+    for k in range(3):
+        t0 = start + 2 * k
+        plans.append([(t0 + i, ENDLESS_HEAD[i:i + 1]) for i in range(30)])
+        plans.append([(start, ask + ask[:16])] +
+                     [(start + 9 + i, b"X") for i in range(20)])
+        plans.append([(start + i, expect[len(expect) * i // 8:
+                                         len(expect) * (i + 1) // 8])
+                      for i in range(8)] +
+                     [(start + 8 + i, b"x") for i in range(20)])
+        plans.append([(start + 9 * i, ENDLESS_HEAD[i:i + 1])
+                      for i in range(4)])
+    return plans
+
+
+def held_for(port, plans, limit):
+    """Runs the plans, one connection each, and returns how long after its
+    first byte the server closed each (None: not within `limit` s)."""
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=5)
+             for _ in plans]
+    sel = selectors.DefaultSelector()
+    for k, s in enumerate(socks):
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ, k)
+    pending = sorted((t, k, data) for k, plan in enumerate(plans)
+                     for t, data in plan)
+    first = {k: plan[0][0] for k, plan in enumerate(plans)}
+    closed = {}
+    end = max(first.values()) + limit
+    try:
+        while len(closed) < len(socks) and time.monotonic() < end:
+            now = time.monotonic()
+            while pending and pending[0][0] <= now:
+                _, k, data = pending.pop(0)
+                if k not in closed:
+                    try:
+                        socks[k].send(data)
+                    except OSError:
+                        pass
+            wait = min([pending[0][0] - now] if pending else [0.1])
+            for key, _ in sel.select(max(0.0, min(wait, 0.1))):
+                k = key.data
+                try:
+                    gone = not socks[k].recv(65536)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    gone = True
+                if gone:
+                    closed[k] = time.monotonic() - first[k]
+                    sel.unregister(socks[k])
+    finally:
+        for s in socks:
+            s.close()
+    return [closed.get(k) for k in range(len(plans))]
+
+
+@grader.check(15, f"attackers of every shape: each cut within {CUT} s of "
+              "its request's first byte")
+def every_attacker_cut(lab):
+    server = lab.start(env={"ZEROHTTPD_THREADS": str(WIDE)})
+    get(server.port, "/")
+    plans = attack_plan(time.monotonic() + 0.5)
+    held = held_for(server.port, plans, CUT + 2)
+    shapes = ["a byte a second (staggered)", "pipelined, then 9 s, then "
+              "a byte a second", "Expect: 100-continue, head over 7 s, "
+              "body a byte a second", "a byte every 9 s"]
+    late = [f"{shapes[k % 4]}: " + (f"{h:.1f} s" if h else "never")
+            for k, h in enumerate(held) if h is None or h > CUT]
+    lab.expect(not late, f"{len(late)} of {len(plans)} attackers held past "
+               f"{CUT} s: " + "; ".join(sorted(set(late))[:3]) + ": the 10 s "
+               "count from the request's first byte (bytes a pipelined "
+               "request left count as arrived), once, for this request "
+               "alone, body and 100 Continue included")
+    return f"the longest held {max(h for h in held):.1f} s"
 
 
 def slow_but_legitimate(port, kind):
@@ -163,6 +256,21 @@ def slow_but_legitimate(port, kind):
             label = ("a request head sent over 7 s" if kind == "trickle" else
                      "a head sent over 7 s after 4 s silent (its 10 s count "
                      "from its first byte, not from the connection)")
+        elif kind == "mid-pause":  # 6 s of silence inside the head
+            for wait, piece in [(0, b"GET /notes.txt HTTP/1.1\r\n"),
+                                (6.0, b"Host: x\r\n"), (1.5, b"\r\n")]:
+                time.sleep(wait)
+                conn.send_tolerating_reset(piece)
+            label = ("a head with 6 s of silence in it (7.5 s in all: the "
+                     "5 s idle limit is for a request not yet begun)")
+        elif kind == "keepalive-4s":  # four requests 4 s apart
+            for _ in range(3):
+                conn.send(ask)
+                conn.read_response()
+                time.sleep(4.0)
+            conn.send_tolerating_reset(ask)
+            label = ("the 4th request 4 s after the 3rd on one keep-alive "
+                     "connection (each wait between requests is its own)")
         elif kind == "pipelined":  # a second request begun with the first
             conn.send(ask + ask[:16])
             conn.read_response()
@@ -198,9 +306,11 @@ def slow_clients_served(lab):
 
 
 @grader.check(15, "slow but legitimate, the limits combined: 4 s silent then "
-              "a head over 7 s; a pipelined request finished 7 s later")
+              "a head over 7 s; a pipelined request finished 7 s later; "
+              "6 s of silence inside a head; requests 4 s apart")
 def combined_slow_clients(lab):
-    wrong = slow_clients(lab, ["idle-trickle", "pipelined"])
+    wrong = slow_clients(lab, ["idle-trickle", "pipelined", "mid-pause",
+                               "keepalive-4s"])
     lab.expect(not wrong, "; ".join(wrong))
 
 
