@@ -461,14 +461,14 @@ def _code_only(text):
 
 
 def _body(code, name):
-    """(first line number, text) of the body of function `name`'s
-    definition in code, or None."""
+    """(line number of its opening brace, text after it) of the body of
+    function `name`'s definition in code, or None."""
     for m in re.finditer(rf"\b{name}\s*\([^;{{}})]*\)\s*{{", code):
         depth, i = 0, m.end() - 1
         while i < len(code):
             depth += {"{": 1, "}": -1}.get(code[i], 0)
             if depth == 0:
-                return code.count("\n", 0, m.start()) + 1, code[m.end():i]
+                return code.count("\n", 0, m.end()) + 1, code[m.end():i]
             i += 1
     return None
 
@@ -499,7 +499,7 @@ def review_handlers(lab):
         first, body = found
         for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\(", body):
             callee = m[1]
-            if callee in C_WORDS:
+            if callee in C_WORDS or callee.isupper():  # a macro: WIFEXITED
                 continue
             line = first + body.count("\n", 0, m.start())
             called.setdefault(handler, []).append((callee, line))
