@@ -452,7 +452,7 @@ C_WORDS = {"if", "while", "for", "switch", "return", "sizeof", "do", "else",
            "_Alignof", "alignof", "defined"}
 
 
-def _code_only(text):
+def code_only(text):
     """C source with its comments and string/char literals blanked (line
     numbers kept), for a review that must not be fooled by either."""
     return re.sub(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|'
@@ -460,7 +460,7 @@ def _code_only(text):
                   lambda m: re.sub(r"[^\n]", " ", m[0]), text, flags=re.S)
 
 
-def _body(code, name):
+def function_body(code, name):
     """(line number of its opening brace, text after it) of the body of
     function `name`'s definition in code, or None."""
     for m in re.finditer(rf"\b{name}\s*\([^;{{}})]*\)\s*{{", code):
@@ -482,7 +482,7 @@ def review_handlers(lab):
     lab.expect(lab.source is not None, "the grader was not given the "
                "source to review (tools/lab grade passes --src)")
     text = lab.source.read_text(errors="replace")
-    code, lines = _code_only(text), text.splitlines()
+    code, lines = code_only(text), text.splitlines()
     handlers = set(re.findall(r"sa_(?:handler|sigaction)\s*=\s*([A-Za-z_]\w*)",
                               code))
     handlers |= set(re.findall(r"\bsignal\s*\(\s*\w+\s*,\s*([A-Za-z_]\w*)"
@@ -492,7 +492,7 @@ def review_handlers(lab):
     todo = [(h, h) for h in sorted(handlers)]
     while todo:  # the handlers, and the file's own functions they call
         name, handler = todo.pop()
-        found = _body(code, name) if name not in seen else None
+        found = function_body(code, name) if name not in seen else None
         seen.add(name)
         if not found:
             continue
@@ -503,7 +503,7 @@ def review_handlers(lab):
                 continue
             line = first + body.count("\n", 0, m.start())
             called.setdefault(handler, []).append((callee, line))
-            if _body(code, callee):
+            if function_body(code, callee):
                 todo.append((callee, handler))
             else:
                 lab.expect(callee in SIGNAL_SAFE, f"the signal handler "
@@ -511,7 +511,7 @@ def review_handlers(lab):
                            "async-signal-safe (signal-safety(7)): line "
                            f"{line}: {lines[line - 1].strip()[:80]!r}")
     for handler, calls in called.items():
-        body = _body(code, handler)[1]
+        body = function_body(code, handler)[1]
         lab.expect(re.search(r"=\s*errno\b", body) and
                    re.search(r"\berrno\s*=[^=]", body),
                    f"the signal handler {handler}() calls {calls[0][0]}() "

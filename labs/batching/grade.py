@@ -8,21 +8,26 @@ measured per turn, not only per request, so submitting every 8th entry or
 once more per turn shows. The ring must be the reference's (no SQPOLL
 kernel thread submitting for the server)."""
 
+import re
 import socket
 import time
 from pathlib import Path
 
-from grading import (Grader, death, descriptors, get,  # labs/grading.py
-                     keepalive_load, kept_clients, raise_open_file_limit,
-                     seconds, stopped, strace_calls, strace_count,
-                     wait_for)
+from grading import (Grader, code_only, connections,  # labs/grading.py
+                     death, descriptors, function_body, get, keepalive_load,
+                     kept_clients, raise_open_file_limit, seconds, stopped,
+                     strace_calls, strace_count, wait_for)
 
 REQUESTS = 4000  # keep-alive requests for /, 50 at a time
 PER_REQUEST = 0.5  # io_uring_enter calls per request; batched is near 0.1
 SHARE = 0.1  # enters that only submit, of all enters; batched: none
-# (path, requests, concurrency): pages, Redis-bound pages, and many
-# clients at once, so that a turn queues hundreds of entries
-LOADS = [("/", REQUESTS, 50), ("/guestbook", 2000, 50), ("/", 10000, 1000)]
+# (path, requests, concurrency): pages, Redis-bound pages, many clients
+# at once, so that a turn queues hundreds of entries, and connections the
+# server closes
+# (a negative concurrency: no keep-alive, so the server closes each
+# connection with its receive still armed: a cancel each)
+LOADS = [("/", REQUESTS, 50), ("/guestbook", 2000, 50), ("/", 10000, 1000),
+         ("/", 2000, -50)]
 RING = 4096  # the reference's submission queue: RING_ENTRIES
 CROWD = 5000  # idle clients timed out in one loop turn: more entries than RING
 IDLE = 5  # seconds: the servers' idle timeout
@@ -44,6 +49,11 @@ def ring_server(lab):
     lab.expect(rings, "no io_uring descriptor in /proc/PID/fd")
     for fd in rings:
         info = Path(f"/proc/{server.pid}/fdinfo/{fd}").read_text()
+        lab.expect(f"SqMask:\t{RING - 1:#x}" in info,
+                   f"the ring's submission queue is not the reference's "
+                   f"{RING} entries (SqMask in /proc/{server.pid}/fdinfo/"
+                   f"{fd}): a bigger ring only moves the full-ring case to "
+                   "a bigger burst; keep RING_ENTRIES, change the code")
         lab.expect("SqThread:\t-1" in info,
                    f"the ring has an SQPOLL thread (SqThread in /proc/"
                    f"{server.pid}/fdinfo/{fd}): a kernel thread submitting "
@@ -72,20 +82,23 @@ def one_enter_per_turn(lab):
     server = ring_server(lab)
     seen = []
     for path, requests, concurrency in LOADS:
-        calls = strace_calls(server.pid, "io_uring_enter",
-                             lambda: keepalive_load(lab, server.port,
-                                                    requests, concurrency,
-                                                    path=path))
+        keep = concurrency > 0  # else no keep-alive: the server closes
+        calls = strace_calls(server.pid, "io_uring_enter", lambda: (
+            keepalive_load(lab, server.port, requests, concurrency,
+                           path=path) if keep else
+            connections(lab, server.port, requests, -concurrency, (path,))))
         args = [call.split(", ") for call in calls if call.count(", ") > 2]
         extra = sum(1 for a in args if a[2] == "0")  # min_complete 0
         handed = sum(int(a[1]) for a in args if a[1].isdigit())
         lab.expect(extra <= SHARE * len(args),
-                   f"ab -k -n {requests} -c {concurrency} {path}: {extra} of "
+                   f"ab {'-k ' if keep else ''}-n {requests} -c "
+                   f"{abs(concurrency)} {path}: {extra} of "
                    f"{len(args)} io_uring_enter calls only submitted "
                    f"(min_complete 0), {handed / max(len(args), 1):.1f} "
                    f"entries each on average: an enter more per turn; "
-                   + WATCH.replace("-n 4000 -c 50", f"-n {requests} -c "
-                                   f"{concurrency} ...{path}"))
+                   + WATCH.replace("-k -n 4000 -c 50", f"{'-k ' * keep}-n "
+                                   f"{requests} -c {abs(concurrency)} "
+                                   f"...{path}"))
         seen.append(f"{extra} of {len(args)}")
     return f"enters that only submitted: {', '.join(seen)}"
 
@@ -104,10 +117,22 @@ def full_ring(lab):
     time.sleep(IDLE / 2)  # a client whose idle timer falls due later
     busy = kept_clients(server.port, 1)[0]  # asks again during the stop
     lab.expect(answer(busy).startswith(b"HTTP/1.1 200"), "no answer")
-    with stopped(server.pid):  # every idle timer of the crowd falls due
-        time.sleep(IDLE / 2 + 1)
-        busy.sendall(ASK)  # its operations: the turn's first entries
-    closed = sum(answer(c, IDLE * 2) is None for c in clients)
+    closed = []
+
+    def burst():
+        with stopped(server.pid):  # every idle timer of the crowd falls due
+            time.sleep(IDLE / 2 + 1)
+            busy.sendall(ASK)  # its operations: the turn's first entries
+        closed.append(sum(answer(c, IDLE * 2) is None for c in clients))
+
+    calls = strace_calls(server.pid, "io_uring_enter", burst)
+    closed = closed[0]
+    early = [a[1] for a in (call.split(", ") for call in calls)
+             if len(a) > 2 and a[2] == "0" and a[1] != str(RING)]
+    lab.expect(not early, f"{len(early)} io_uring_enter calls during that "
+               f"turn only submitted, with {', '.join(early[:3])} entries: "
+               f"an enter that only submits must hand over a full ring "
+               f"({RING}), else it is one more enter than the turn needs")
     dead = death(lab)
     for c in clients:
         c.close()
@@ -168,7 +193,31 @@ def content_length(data):
     return 0
 
 
-grader.still_serves(20)
+@grader.check(5, "every slot new_sqe() hands out is tagged with its owner "
+              "(source review)")
+def tagged_slots(lab):
+    lab.expect(lab.source is not None, "the grader was not given the source "
+               "to review (tools/lab grade passes --src)")
+    text = lab.source.read_text(errors="replace")
+    found = function_body(code_only(text), "new_sqe")
+    lab.expect(found, "no new_sqe() found in the source")
+    first, body = found
+    for ret in re.finditer(r"\breturn\b[^;]*;", body):
+        taken = [m.end() for m in re.finditer(r"io_uring_get_sqe\s*\(",
+                                             body[:ret.end()])]
+        tagged = taken and re.search(r"io_uring_sqe_set_data|user_data\s*=",
+                                     body[taken[-1]:ret.start()])
+        line = first + body.count("\n", 0, ret.start())
+        lab.expect(not taken or tagged, f"new_sqe() line {line} returns a "
+                   "slot taken with io_uring_get_sqe() and not tagged since "
+                   f"({text.splitlines()[line - 1].strip()[:70]!r}): a slot "
+                   "keeps the user_data of the entry it held before, so its "
+                   "completion goes to that entry's owner; set it on every "
+                   "slot you return")
+    return "every slot returned is tagged"
+
+
+grader.still_serves(15)
 
 
 if __name__ == "__main__":
