@@ -147,7 +147,8 @@ handout:
 	$(if $(LAB),,$(error usage: make handout LAB=name [OUT=file.tar.gz]))
 	@tools/lab handout $(LAB) $(if $(OUT),--out $(OUT))
 lab-bin:
-	$(CC) $(CFLAGS) -o $(LAB_BIN) $(LAB_SRC) $(LDLIBS) $(LDLIBS_$(LAB_MODEL))
+	$(CC) $(CFLAGS) $(LAB_DEFINES) -o $(LAB_BIN) $(LAB_SRC) $(LDLIBS) \
+	    $(LDLIBS_$(LAB_MODEL))
 
 # Only the servers built from a source here: an instructor pack's prebuilt
 # reference has none, and stays.

@@ -265,14 +265,16 @@ def user_ticks(pid):
     return int(text[text.rindex(")") + 2:].split()[11])
 
 
-def build(src, binary, model):
+def build(src, binary, model, defines=""):
     """Build src into binary as server `model` (its libraries), with the
-    Makefile's flags: (ok, what the compiler said)."""
+    Makefile's flags and `defines` (e.g. "-DFIBER_UCONTEXT"): (ok, what
+    the compiler said)."""
     Path(binary).parent.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
         ["make", "-s", "--no-print-directory", "-C", str(REPO), "lab-bin",
          f"LAB_SRC={Path(src).resolve()}", f"LAB_BIN={binary}",
-         f"LAB_MODEL={model}"], capture_output=True, text=True)
+         f"LAB_MODEL={model}", f"LAB_DEFINES={defines}"],
+        capture_output=True, text=True)
     return done.returncode == 0, done.stdout + done.stderr
 
 
