@@ -15,9 +15,11 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.parse
 
-from grading import (Grader, asking_clients, get,  # labs/grading.py
-                     keepalive_load, seconds, strace_count)
+from grading import (Grader, asking_clients, failing,  # labs/grading.py
+                     get, keepalive_load, raise_open_file_limit, seconds,
+                     status_field, stopped, strace_count)
 
 STATIC_LIMIT = 0.3  # seconds for a static page while Redis is stalled
 WAITERS = 3  # guestbook requests parked on the stalled Redis
@@ -34,6 +36,10 @@ BACK = BACKOFF_MAX + 1.0  # seconds after Redis is back: pages are 200 again
 SENDS = 1.5  # send() calls per guestbook page: its answer, and a share of
 # the one send a loop turn makes to Redis for every command queued in it
 FIFO_SLOTS = 64  # FIFO_INITIAL: a FIFO that cannot grow holds this many
+AT_ONCE_PAGES = 200  # guestbook pages at once: more waiters than that
+POSTS = 1000  # big posts arriving in one loop turn: more than the 4 MiB
+REMARK = "\u20ac" * 2000  # output buffer holds (6 KB of command each)
+LEAK_PAGES = 20000  # keep-alive guestbook pages: nothing kept per page
 # A malloc() that fails for the FIFO's first growth (64 -> 128 pointers,
 # 1,024 bytes) and nothing else the server asks for: fault injection.
 NO_GROWTH = """#include <errno.h>
@@ -139,7 +145,7 @@ def link_ready(lab, server):
                "parked? watch it: curl -i http://127.0.0.1:8000/guestbook")
 
 
-@grader.check(25, f"Redis stalled, {WAITERS} pages waiting: static files "
+@grader.check(20, f"Redis stalled, {WAITERS} pages waiting: static files "
               f"answered within {STATIC_LIMIT} s")
 def static_not_delayed(lab):
     server = lab.start()
@@ -162,7 +168,7 @@ def static_not_delayed(lab):
     return f"slowest GET / {slowest * 1000:.0f} ms"
 
 
-@grader.check(15, f"Redis stalled, a page every {STREAM_EVERY} s: each one "
+@grader.check(10, f"Redis stalled, a page every {STREAM_EVERY} s: each one "
               f"answered 503 within {REPLY_LIMIT} s")
 def stalled_pages_fail_fast(lab):
     server = lab.start()
@@ -187,21 +193,24 @@ def stalled_pages_fail_fast(lab):
     return f"slowest 503 after {slowest:.2f} s"
 
 
-@grader.check(10, f"Redis pauses {PAUSE} s (under its 1 s timeout): every "
-              "waiting page still served")
+@grader.check(5, f"Redis pauses {PAUSE} s (under its 1 s timeout) with "
+              f"{AT_ONCE_PAGES} pages waiting: every one still served")
 def pause_sat_out(lab):
+    raise_open_file_limit()
     server = lab.start()
     link_ready(lab, server)
     lab.stall_redis()
-    waiting = send_page_requests(server.port, 5)
+    waiting = send_page_requests(server.port, AT_ONCE_PAGES)
     time.sleep(PAUSE)  # not stretched: the server's clock does not stretch
     resume_redis(lab)
     statuses = [status_of(s) for s in waiting]
-    lab.expect(statuses == [200] * 5,
-               f"answers {statuses} after a {PAUSE} s pause of Redis, which "
-               "has REDIS_TIMEOUT_MS (1 s) to answer: the reply clock is too "
-               "short; watch it: redis-cli CLIENT PAUSE 250; curl -i "
-               "http://127.0.0.1:8000/guestbook")
+    lab.expect(statuses == [200] * AT_ONCE_PAGES,
+               f"{statuses.count(200)} of {AT_ONCE_PAGES} pages 200 (others "
+               f"{sorted(set(statuses) - {200})}) after a {PAUSE} s pause of "
+               "Redis, which has REDIS_TIMEOUT_MS (1 s) to answer: the reply "
+               f"clock is too short, or the FIFO did not grow past its first "
+               f"{FIFO_SLOTS} waiters; watch it: redis-cli CLIENT PAUSE 250; "
+               "curl -i http://127.0.0.1:8000/guestbook")
 
 
 @grader.check(10, f"Redis gone: {GONE_PAGES} pages answered 503 at once, "
@@ -237,6 +246,33 @@ def dead_redis_backoff(lab):
                "$(pgrep -x epoll) during ab -n 30 http://127.0.0.1:8000/"
                "guestbook")
     return f"{connects} connects"
+
+
+def consecutive(lab, server, after):
+    """Five guestbook pages one after another: each 200, with visitor
+    counts one apart (replies that no longer match their clients break
+    either)."""
+    counts = []
+    for _ in range(5):
+        status, page = get(server.port, "/guestbook")
+        found = re.search(rb"Visitors so far: (\d+)", page)
+        counts.append((status, int(found[1]) if found else None))
+    lab.expect(all(st == 200 for st, _ in counts) and all(
+        b[1] is not None and a[1] is not None and b[1] == a[1] + 1
+        for a, b in zip(counts, counts[1:])),
+        f"{after}: 5 pages one after another gave {counts} (status, "
+        "visitor count): the replies no longer match the clients; cut a "
+        "command that cannot be queued back out of rd->out")
+
+
+def send_requests(port, count, raw):
+    """count connections that each send raw (any size), left waiting."""
+    socks = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", port), timeout=seconds(10))
+        s.sendall(raw)
+        socks.append(s)
+    return socks
 
 
 def refusing(port):
@@ -357,30 +393,78 @@ def fifo_full_cut_back(lab):
     lab.expect(set(statuses) <= {200, 503} and statuses.count(200) >= 32,
                f"{statuses.count(200)} pages 200 and {statuses.count(503)} "
                f"503 of {2 * FIFO_SLOTS}, others {sorted(set(statuses))}")
-    counts = []
-    for _ in range(5):
-        status, page = get(server.port, "/guestbook")
-        found = re.search(rb"Visitors so far: (\d+)", page)
-        counts.append((status, int(found[1]) if found else None))
-    lab.expect(all(st == 200 for st, _ in counts) and all(
-        b[1] is not None and a[1] is not None and b[1] == a[1] + 1
-        for a, b in zip(counts, counts[1:])),
-        f"after clients the FIFO could not take: 5 pages one after another "
-        f"gave {counts} (status, visitor count): the replies no longer "
-        "match the clients (a command left in rd->out when fifo_push() "
-        "failed: cut it back out)")
+    consecutive(lab, server, "after clients the FIFO could not take (a "
+                "command left in rd->out when fifo_push() failed?)")
 
 
-@grader.check(10, "the guestbook works: 50 pages at once, a post, one Redis "
-              "link, a clean stop")
+@grader.check(5, f"{POSTS} big posts in one loop turn overflow the link's "
+              "output buffer: each is 303 and saved, or 503 and not")
+def buffer_full_cut_back(lab):
+    raise_open_file_limit()
+    server = lab.start()
+    link_ready(lab, server)
+    before = int(lab.redis.command("LLEN", "guestbook:remarks") or 0)
+    body = ("guest-name=big&guest-remarks=" +
+            urllib.parse.quote(REMARK)).encode()
+    post = (b"POST /guestbook HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    with stopped(server.pid):  # all of them ready for the same turn
+        socks = send_requests(server.port, POSTS, post)
+    statuses = [status_of(s) for s in socks]
+    saved = int(lab.redis.command("LLEN", "guestbook:remarks") or 0) - before
+    lab.expect(set(statuses) <= {303, 503} and 503 in statuses and
+               statuses.count(303) == saved,
+               f"{statuses.count(303)} posts answered 303 and "
+               f"{statuses.count(503)} 503 (others: "
+               f"{sorted(set(statuses) - {303, 503})}), {saved} saved: a "
+               "command that did not fit must be cut back out whole, and "
+               "nothing else with it (rd->out back to where it was before "
+               "this command, not to what was sent)")
+    consecutive(lab, server, "after the output buffer overflowed")
+
+
+@grader.check(5, f"{LEAK_PAGES} keep-alive guestbook pages leave no memory "
+              "behind")
+def no_leak_per_page(lab):
+    server = lab.start()
+    link_ready(lab, server)
+    keepalive_load(lab, server.port, LEAK_PAGES // 5, 50, path="/guestbook")
+    before = status_field(server.pid, "VmSize")
+    keepalive_load(lab, server.port, LEAK_PAGES, 50, path="/guestbook")
+    grown = status_field(server.pid, "VmSize") - before
+    lab.expect(grown <= 8192, f"{grown} KiB more address space after "
+               f"{LEAK_PAGES} guestbook pages: something each command takes "
+               "is never given back")
+    return f"{grown:+} KiB"
+
+
+@grader.check(5, "Redis's socket() failing: the page gets its 503 at once")
+def connect_fails_at_once(lab):
+    server = lab.start()  # no link yet: the first page connects
+    got = []
+    failing(server.pid, "socket", "EMFILE", lambda: got.extend(
+        answer_times(server.port, 3, 0.3, limit=2)))
+    slow = [(st, took) for st, took in got
+            if st != 503 or took is None or took > seconds(AT_ONCE)]
+    lab.expect(not slow, f"{len(slow)} of 3 pages not answered 503 within "
+               f"{AT_ONCE} s while socket() failed (EMFILE): when "
+               "redis_connect() fails there is no link to wait on; answer "
+               "at once")
+
+
+@grader.check(10, f"the guestbook works: {AT_ONCE_PAGES} pages at once, a "
+              "post, one Redis link, a clean stop")
 def guestbook_works(lab):
     server = lab.start()
     before = redis_connections(lab)
-    socks = send_page_requests(server.port, 50)
+    socks = send_page_requests(server.port, AT_ONCE_PAGES)
     statuses = [status_of(s) for s in socks]
-    lab.expect(statuses == [200] * 50,
-               f"{statuses.count(200)} of 50 pages were 200 (others: "
-               f"{sorted(set(statuses) - {200})}); watch them: ab -n 50 -c 50 "
+    lab.expect(statuses == [200] * AT_ONCE_PAGES,
+               f"{statuses.count(200)} of {AT_ONCE_PAGES} pages were 200 "
+               f"(others: {sorted(set(statuses) - {200})}): more waiters than "
+               f"the FIFO's first {FIFO_SLOTS} slots must make it grow; "
+               f"watch them: ab -n {AT_ONCE_PAGES} -c {AT_ONCE_PAGES} "
                "http://127.0.0.1:8000/guestbook")
     body = b"guest-name=lab&guest-remarks=fifo+" + os.urandom(4).hex().encode()
     with socket.create_connection(("127.0.0.1", server.port),
@@ -392,7 +476,8 @@ def guestbook_works(lab):
     status, page = get(server.port, "/guestbook")
     lab.expect(status == 200 and body[-8:] in page, "the remark is not shown")
     links = redis_connections(lab) - before - 1  # less this INFO's own
-    lab.expect(links <= 1, f"{links} connections to Redis for 52 requests: "
+    lab.expect(links <= 1, f"{links} connections to Redis for "
+               f"{AT_ONCE_PAGES + 2} requests: "
                "one link per loop, kept open, carries every command; watch "
                "them: redis-cli INFO stats | grep total_connections_received")
     server.stop()
