@@ -12,6 +12,8 @@ lookup."""
 
 import random
 import re
+import socket
+import time
 
 from grading import (Grader, asking_clients, big_file,  # labs/grading.py
                      build_reference, descriptors, get, keepalive_load,
@@ -30,6 +32,7 @@ ASK = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
 BIG = 8 << 20  # a file no socket takes in one send: its sender needs POLLOUT
 RESTARTS = 3  # Redis restarts, each followed by a churn round
 NOFILE = 150  # the server's descriptor limit in the out-of-descriptors part
+CROWD = 9000  # clients at once: descriptors past 8,192
 HALF = ASK[:-2]  # a request begun: the server holds it 10 s, not 5
 grader = Grader("lookup")
 
@@ -119,11 +122,14 @@ def scan_is_fair(lab):
 
 
 def churn_round(port, conns, rng):
-    """Half of conns hang up (the server's entries move into the holes),
+    """Three one-shot HTTP/1.0 clients come and go (answered at once, never
+    watched); half of conns hang up (the server's entries move into the holes),
     as many new clients ask and are answered, then every open client asks
     once more (every tenth, and the newest, for a large file, which needs
     POLLOUT on its entry; every tenth for the guestbook, which needs the
     Redis link's): how many of those were not answered."""
+    for _ in range(3):  # answered and closed before ever being watched
+        get(port, "/notes.txt")
     rng.shuffle(conns)
     for c in conns[:CHURN // 2]:
         c.close()
@@ -144,6 +150,33 @@ def churn_round(port, conns, rng):
     return lost
 
 
+def second_to_last_leaves(lab, port):
+    """On a fresh server (the listener, then A and B): A, the second to
+    last entry, leaves (B moves into its slot); C comes (after B); B
+    leaves: C must still be answered, so B's slot must have moved with
+    it."""
+    a, b = Connection(port, timeout=5), Connection(port, timeout=5)
+    for conn in (a, b):
+        conn.send(ASK)
+        conn.read_response()
+    a.close()
+    time.sleep(0.2)  # the server has closed its side
+    with Connection(port, timeout=5) as c:
+        c.send(ASK)
+        c.read_response()
+        b.close()
+        time.sleep(0.2)
+        try:
+            c.send(ASK)
+            status = c.read_response().status
+        except (AssertionError, OSError):
+            status = 0
+    lab.expect(status == 200, "clients A, B; A leaves; C comes; B leaves: "
+               f"C's next request answered {status or 'nothing'}: when the "
+               "second-to-last entry leaves, the last one moves into its "
+               "slot, and its slot must say so")
+
+
 @grader.check(25, f"{CHURN} keep-alive clients, half of them replaced "
               f"{ROUNDS} times: every client still open is answered, "
               "large files too")
@@ -154,6 +187,7 @@ def churn_keeps_owners(lab):
                descriptors(server.pid).values(),
                "the server holds an epoll descriptor: the lab is poll()'s "
                "lookup (ls -l /proc/PID/fd)")
+    second_to_last_leaves(lab, server.port)
     rng = random.Random(21)
     conns = []
     watch = ("a watch hashed twice or never deleted, or a moved entry's slot "
@@ -180,7 +214,7 @@ def churn_keeps_owners(lab):
             c.close()
 
 
-@grader.check(15, f"watches that leave and come back: Redis restarted "
+@grader.check(10, f"watches that leave and come back: Redis restarted "
               f"{RESTARTS} times, the listener paused out of descriptors; "
               "every client still answered")
 def watches_come_back(lab):
@@ -239,9 +273,55 @@ def watches_come_back(lab):
         status, _ = get(server.port, "/")
         lab.expect(status == 200, f"GET / answered {status} once descriptors "
                    "were free again: the listener's watch did not come back")
+        window = []  # a sliding window of keep-alive clients: the oldest
+        try:  # leaves as each new one comes, its hole never at the end
+            for k in range(3 * NOFILE):
+                window.append(socket.create_connection(
+                    ("127.0.0.1", server.port), timeout=seconds(3)))
+                window[-1].sendall(ASK)
+                try:
+                    answer = window[-1].recv(65536)
+                except OSError:
+                    answer = b""
+                lab.expect(answer.startswith(b"HTTP/1.1 200"),
+                           f"client {k + 1} of {3 * NOFILE}, one after "
+                           "another, the oldest of 5 leaving as each comes, "
+                           f"not answered with a descriptor limit of "
+                           f"{NOFILE}: does the array stay as long as the "
+                           "clients open (the last entry fills each hole)?")
+                if len(window) > 5:
+                    window.pop(0).close()
+        finally:
+            for c in window:
+                c.close()
     finally:
         for c in conns:
             c.close()
+
+
+@grader.check(5, f"{CROWD} clients at once, past any fixed table of "
+              "descriptors: the newest still answered")
+def many_clients(lab):
+    raise_open_file_limit()
+    server = lab.start()
+    conns = kept_clients(server.port, CROWD)
+    try:
+        for c in conns[-200:]:  # the newest, the highest descriptors
+            c.settimeout(seconds(5))
+            c.recv(65536)  # the first answer
+        lost = 0
+        for c in conns[-200:]:
+            try:
+                c.sendall(ASK)
+                lost += not c.recv(65536).startswith(b"HTTP/1.1 200")
+            except OSError:
+                lost += 1
+    finally:
+        for c in conns:
+            c.close()
+    lab.expect(lost == 0, f"{lost} of the newest 200 of {CROWD} clients not "
+               "answered a second time: a table indexed by descriptor with "
+               "a fixed size? (uthash grows as it must)")
 
 
 grader.still_serves(10)
