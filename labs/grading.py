@@ -412,6 +412,14 @@ def stopped(pid):
         os.kill(pid, signal.SIGCONT)
 
 
+def strace_bytes(pid, syscall, during):
+    """Runs during() while strace watches one syscall of pid (every
+    thread): the sum of its positive returns (bytes, for recv or send)."""
+    return sum(int(n) for n in re.findall(
+        rf"{syscall}\(.*\)\s+=\s+(\d+)", _strace(pid, [syscall], during,
+                                                 "-f")))
+
+
 def strace_returns(pid, syscall, during):
     """Runs during() while strace watches one syscall of pid's main thread
     alone (not its children or other threads); returns the list of its

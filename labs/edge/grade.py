@@ -20,7 +20,8 @@ from pathlib import Path
 
 from grading import (Grader, asking_clients, big_file,  # labs/grading.py
                      get, kept_clients, keepalive_load, seconds,
-                     status_field, strace_count, wait_for)
+                     status_field, strace_bytes, strace_count,
+                     wait_for)
 
 PIPELINED = 20000  # HEAD requests in one go: 560 KB, more than a request
 # buffer holds, even one enlarged so that "any pipeline fits"
@@ -28,16 +29,22 @@ SILENCE = 3  # seconds without an answer that count as a stall
 BURST = 8  # clients at once, each pipelining BURST_EACH requests (28 KB,
 BURST_EACH = 1000  # more than the 24 KiB request buffer)
 HEAD = b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n"
+GUESTBOOK_HEAD = b"HEAD /guestbook HTTP/1.1\r\nHost: x\r\n\r\n"
 EPOLLET = 1 << 31
 EPOLLONESHOT = 1 << 30
 REMARK = "x" * 1500  # 100 of these: an LRANGE reply of about 150 KB
 REFUSED_BODY = 60000  # over MAX_BODY (413), under LINGER_MAX_BYTES (64 KiB)
 LINGERERS = 3
+DRAIN_READ = 128 << 10  # bytes read from a refused client: its 24 KiB
+# request buffer, then at most 64 KiB of lingering
 HALF_HEADS = 100  # clients that each hold half a request, buffered
 BUFFER_KIB = 64  # address space allowed for each (the reference: 24)
 HALF_CLOSED = (1, 10, 1000)  # requests from each client before its FIN (as
 # the check's title says)
 CTL_REQUESTS = 2000  # ab -k requests while epoll_ctl() is counted
+CUT = 11.5  # seconds: the 10 s request timeout, and a margin
+ENDLESS = b"GET / HTTP/1.1\r\nHost: x\r\n" + b"X-a: b\r\n" * 10
+NOFILE = 40  # the server's descriptor limit in out_of_descriptors
 CTL_PER_REQUEST = 0.25  # allowed per request (level or edge: about 0.02)
 PIPE_HOW = ("watch it: the handout's pipelining one-liner against ./epoll "
             "8000 (more HEADs if your request buffer is bigger)")
@@ -105,7 +112,7 @@ def edge_triggered(lab):
                "8000xxxx is edge)")
 
 
-@grader.check(20, f"{PIPELINED} pipelined requests on one connection, then "
+@grader.check(15, f"{PIPELINED} pipelined requests on one connection, then "
               f"{BURST} clients at once with {BURST_EACH} each: all answered")
 def pipelined(lab):
     server = lab.start()
@@ -141,6 +148,21 @@ def pipelined(lab):
     lab.expect(got == [BURST_EACH] * BURST,
                f"answered per client {got} of {BURST_EACH} each, {BURST} "
                "clients at once: " + PIPE_HOW)
+    with socket.create_connection(("127.0.0.1", server.port),
+                                  timeout=seconds(10)) as s:
+        s.sendall(HEAD)  # a kept connection, then a pipeline of pages
+        lab.expect(responses(s, 1, limit=SILENCE) == 1, "no answer")
+        sender = threading.Thread(target=send_quietly,
+                                  args=(s, GUESTBOOK_HEAD * BURST_EACH),
+                                  daemon=True)
+        sender.start()
+        got = responses(s, BURST_EACH, limit=SILENCE)
+        sender.join(timeout=seconds(5))
+    lab.expect(got == BURST_EACH, f"{got} of {BURST_EACH} pipelined HEAD "
+               "/guestbook answered (37 KB: more than the request buffer; "
+               "each answer waits for Redis): after an answer that came "
+               "from Redis, the rest of a full buffer's bytes must be read "
+               "too")
     return f"{PIPELINED} answered in {took:.1f} s"
 
 
@@ -219,6 +241,12 @@ def linger_drained(lab):
         s.close()
     lab.expect(statuses == ["413"] * LINGERERS,
                f"answers {statuses} to a {REFUSED_BODY}-byte body")
+    read = drained_after_refusal(lab, server)
+    lab.expect(read <= DRAIN_READ, f"the server read {read >> 10} KiB from "
+               "a client whose body it refused, with megabytes waiting: "
+               "lingering reads at most 64 KiB, counted as it reads (not "
+               "only once the socket is empty), then closes")
+    return f"{read >> 10} KiB read from a refused client"
     reset = [e for e in resets if e]
     lab.expect(not reset, f"{len(reset)} of {LINGERERS} clients were reset "
                f"({os.strerror(reset[0]) if reset else ''}): the server "
@@ -229,7 +257,38 @@ def linger_drained(lab):
                "http://127.0.0.1:8000/")
 
 
-@grader.check(15, "clients that send 1, 10 and 1,000 pipelined requests, "
+def drained_after_refusal(lab, server):
+    """A client posts an oversized body while the server is stopped, and
+    as much of it as its 4 MiB send buffer takes: the bytes the server
+    reads from it once it runs again (strace sums recvfrom's returns),
+    answering 413 and lingering."""
+    s = socket.create_connection(("127.0.0.1", server.port),
+                                 timeout=seconds(5))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    s.setblocking(False)
+    os.kill(server.pid, signal.SIGSTOP)
+    data = (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+            % (1 << 30) + b"j" * (4 << 20))
+    sent = 0
+    try:
+        while sent < len(data):
+            sent += s.send(data[sent:sent + 65536])
+    except BlockingIOError:
+        pass
+
+    def run_again():  # traced from before it runs
+        os.kill(server.pid, signal.SIGCONT)
+        time.sleep(seconds(1.5))
+
+    try:
+        read = strace_bytes(server.pid, "recvfrom", run_again)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        s.close()
+    return read
+
+
+@grader.check(10, "clients that send 1, 10 and 1,000 pipelined requests, "
               "a guestbook page, or an 8 MiB file, then a FIN (half-close): "
               "all answered in full")
 def half_closed(lab):
@@ -302,6 +361,22 @@ def arrives_while_busy(lab):
     sending.sendall(HEAD)
     on_file = responses(sending, 2, limit=SILENCE)
     sending.close()
+    timing_out = socket.create_connection(("127.0.0.1", server.port),
+                                          timeout=seconds(5))
+    timing_out.sendall(HEAD)
+    lab.expect(responses(timing_out, 1, limit=SILENCE) == 1, "no answer")
+    lab.stall_redis()  # longer than its 1 s: the page gets its 503
+    timing_out.sendall(b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.3)
+    timing_out.sendall(HEAD)
+    on_timeout = responses(timing_out, 2, limit=SILENCE)
+    timing_out.close()
+    os.kill(lab.redis.proc.pid, signal.SIGCONT)
+    lab.stalled = False
+    lab.expect(on_timeout == 2, f"{on_timeout} of 2 answers when the "
+               "second request came while the first waited on a Redis that "
+               "timed out (its 503 went out): after a 503 too, read what "
+               "came meanwhile")
     lab.expect(on_redis == 2 and on_file == 2,
                f"{on_redis} of 2 answers when the second request came while "
                f"the first waited on a stalled Redis, {on_file} of 2 when it "
@@ -311,11 +386,12 @@ def arrives_while_busy(lab):
 
 
 @grader.check(10, f"at most {CTL_PER_REQUEST} epoll_ctl() per request under "
-              "ab -k (no re-arming on every call)")
+              "ab -k, pages and the guestbook (no re-arming on every call)")
 def few_epoll_ctl(lab):
     server = lab.start()
-    calls = strace_count(server.pid, ["epoll_ctl"], lambda: keepalive_load(
-        lab, server.port, CTL_REQUESTS, concurrency=20))
+    calls = strace_count(server.pid, ["epoll_ctl"], lambda: [keepalive_load(
+        lab, server.port, CTL_REQUESTS // 2, concurrency=20, path=path)
+        for path in ("/", "/guestbook")])
     per = calls.get("epoll_ctl", 0) / CTL_REQUESTS
     lab.expect(per <= CTL_PER_REQUEST,
                f"{per:.2f} epoll_ctl() per request (the reference makes about "
@@ -324,6 +400,59 @@ def few_epoll_ctl(lab):
                "$(pgrep -x epoll) during ab -k -n 2000 -c 20 "
                "http://127.0.0.1:8000/")
     return f"{per:.3f} epoll_ctl() per request"
+
+
+@grader.check(5, f"a head sent a byte a second is cut within {CUT} s of "
+              "its first byte (the request timer is not restarted by reads)")
+def slow_head_cut(lab):
+    server = lab.start()
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.settimeout(0.05)
+        start = time.monotonic()
+        closed = None
+        for byte in ENDLESS:
+            try:
+                s.send(bytes([byte]))
+                if s.recv(65536) == b"":
+                    closed = time.monotonic() - start
+                    break
+            except socket.timeout:
+                pass
+            except OSError:
+                closed = time.monotonic() - start
+                break
+            if time.monotonic() - start > CUT + 1:
+                break
+            time.sleep(0.95)
+    lab.expect(closed is not None and closed <= CUT, "a head sent a byte a "
+               "second was " + (f"cut after {closed:.1f} s" if closed else
+                                f"still open after {CUT + 1:.0f} s") +
+               ": the request's 10 s run from its first byte; a timer set "
+               "again after each read never fires")
+
+
+@grader.check(5, f"out of descriptors ({NOFILE} at most), {NOFILE + 20} "
+              "clients at once: none left hanging, a new one served after")
+def out_of_descriptors(lab):
+    server = lab.start(nofile=NOFILE)
+    socks = asking_clients(server.port, NOFILE + 20, HEAD)
+    hanging = 0
+    for s in socks:
+        s.settimeout(seconds(3))
+        try:
+            s.recv(65536)  # an answer, or a close: either is an answer
+        except socket.timeout:
+            hanging += 1
+        except OSError:
+            pass
+    for s in socks:
+        s.close()
+    lab.expect(hanging == 0, f"{hanging} of {NOFILE + 20} clients neither "
+               f"answered nor closed within 3 s, the server's descriptor "
+               f"limit {NOFILE}: out of descriptors, the listener must still "
+               "be drained (the accept loop's shedding and pause, kept)")
+    lab.expect(get(server.port, "/")[0] == 200, "GET / failed once "
+               "descriptors were free again")
 
 
 @grader.check(5, "a request sent one byte at a time")
