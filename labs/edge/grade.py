@@ -241,12 +241,6 @@ def linger_drained(lab):
         s.close()
     lab.expect(statuses == ["413"] * LINGERERS,
                f"answers {statuses} to a {REFUSED_BODY}-byte body")
-    read = drained_after_refusal(lab, server)
-    lab.expect(read <= DRAIN_READ, f"the server read {read >> 10} KiB from "
-               "a client whose body it refused, with megabytes waiting: "
-               "lingering reads at most 64 KiB, counted as it reads (not "
-               "only once the socket is empty), then closes")
-    return f"{read >> 10} KiB read from a refused client"
     reset = [e for e in resets if e]
     lab.expect(not reset, f"{len(reset)} of {LINGERERS} clients were reset "
                f"({os.strerror(reset[0]) if reset else ''}): the server "
@@ -255,6 +249,12 @@ def linger_drained(lab):
                "-ni lo 'tcp[tcpflags] & tcp-rst != 0' during head -c 60000 "
                "/dev/zero | curl -H Expect: --data-binary @- "
                "http://127.0.0.1:8000/")
+    read = drained_after_refusal(lab, server)
+    lab.expect(read <= DRAIN_READ, f"the server read {read >> 10} KiB from "
+               "a client whose body it refused, with megabytes waiting: "
+               "lingering reads at most 64 KiB, counted as it reads (not "
+               "only once the socket is empty), then closes")
+    return f"{read >> 10} KiB read from a refused client"
 
 
 def drained_after_refusal(lab, server):
