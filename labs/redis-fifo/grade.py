@@ -265,16 +265,6 @@ def consecutive(lab, server, after):
         "command that cannot be queued back out of rd->out")
 
 
-def send_requests(port, count, raw):
-    """count connections that each send raw (any size), left waiting."""
-    socks = []
-    for _ in range(count):
-        s = socket.create_connection(("127.0.0.1", port), timeout=seconds(10))
-        s.sendall(raw)
-        socks.append(s)
-    return socks
-
-
 def refusing(port):
     """A socket that holds a stopped Redis's port, unlistening: every
     connect is refused at once, and no other program takes the port."""
@@ -410,7 +400,7 @@ def buffer_full_cut_back(lab):
             b"Content-Type: application/x-www-form-urlencoded\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body)) + body
     with stopped(server.pid):  # all of them ready for the same turn
-        socks = send_requests(server.port, POSTS, post)
+        socks = asking_clients(server.port, POSTS, post)
     statuses = [status_of(s) for s in socks]
     saved = int(lab.redis.command("LLEN", "guestbook:remarks") or 0) - before
     lab.expect(set(statuses) <= {303, 503} and 503 in statuses and
