@@ -722,6 +722,9 @@ static void set_timeout(int fd, int option, int ms)
     setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv); /* best effort */
 }
 
+/* ---- end shared: blocking_io ---- */
+
+/* ---- shared: lingering ---- */
 /* Closes after an error without losing the response: a close() with unread
  * input makes the kernel send RST, which can destroy the reply in flight. So
  * half-close, then read and drop what the client still sends, briefly. */
@@ -739,7 +742,7 @@ static void close_lingering(int fd)
     }
     close(fd);
 }
-/* ---- end shared: blocking_io ---- */
+/* ---- end shared: lingering ---- */
 
 /* ===== main ===== */
 

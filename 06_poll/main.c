@@ -1129,6 +1129,21 @@ static struct conn *fifo_pop(void)
 }
 /* ---- end shared: event_fifo ---- */
 
+/* ---- shared: redis_compact ---- */
+/* Moves the reply being framed to the start of the buffer, offsets too. */
+static void redis_compact(size_t start)
+{
+    struct redis *rd = &loop.redis;
+    if (start == 0)
+        return;
+    memmove(rd->in.data, rd->in.data + start, rd->in.len - start);
+    rd->in.len -= start;
+    rd->reply.pos -= start;
+    for (size_t i = 0; i < rd->reply.nitems; i++)
+        rd->reply.item[i].off -= start;
+}
+/* ---- end shared: redis_compact ---- */
+
 /* ---- shared: event_replies ---- */
 /* What every event loop does when its Redis link fails, however it drives
  * the link: forget the reply half read, allow a new connect only after a
@@ -1153,19 +1168,6 @@ static void redis_drop_waiters(void)
             conn_advance(c);
         }
     }
-}
-
-/* Moves the reply being framed to the start of the buffer, offsets too. */
-static void redis_compact(size_t start)
-{
-    struct redis *rd = &loop.redis;
-    if (start == 0)
-        return;
-    memmove(rd->in.data, rd->in.data + start, rd->in.len - start);
-    rd->in.len -= start;
-    rd->reply.pos -= start;
-    for (size_t i = 0; i < rd->reply.nitems; i++)
-        rd->reply.item[i].off -= start;
 }
 
 /* n more bytes of replies have landed in rd->in: frame each whole reply
@@ -1263,6 +1265,9 @@ static void redis_queue(struct conn *c, int argc, const char *const argv[])
     c->state = C_REDIS;
 }
 
+/* ---- end shared: event_redis ---- */
+
+/* ---- shared: redis_io ---- */
 /* Replies have arrived: read them, then frame and deliver them. */
 static void redis_read(void)
 {
@@ -1306,7 +1311,9 @@ static void redis_send(void)
     if (!watch_fd(&rd->w, EV_READ | (rd->out.len ? EV_WRITE : 0)))
         redis_fail();
 }
+/* ---- end shared: redis_io ---- */
 
+/* ---- shared: redis_event ---- */
 /* The Redis fd is ready: finish a connect, take replies. (What is queued
  * goes out in the loop's one redis_send() after every event is handled.) */
 static void redis_event(unsigned events)
@@ -1328,7 +1335,7 @@ static void redis_event(unsigned events)
     if (events & (EV_READ | EV_ERROR))
         redis_read();
 }
-/* ---- end shared: event_redis ---- */
+/* ---- end shared: redis_event ---- */
 
 /* ===== main ===== */
 

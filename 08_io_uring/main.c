@@ -1423,6 +1423,21 @@ static struct conn *fifo_pop(void)
 }
 /* ---- end shared: event_fifo ---- */
 
+/* ---- shared: redis_compact ---- */
+/* Moves the reply being framed to the start of the buffer, offsets too. */
+static void redis_compact(size_t start)
+{
+    struct redis *rd = &loop.redis;
+    if (start == 0)
+        return;
+    memmove(rd->in.data, rd->in.data + start, rd->in.len - start);
+    rd->in.len -= start;
+    rd->reply.pos -= start;
+    for (size_t i = 0; i < rd->reply.nitems; i++)
+        rd->reply.item[i].off -= start;
+}
+/* ---- end shared: redis_compact ---- */
+
 /* ---- shared: event_replies ---- */
 /* What every event loop does when its Redis link fails, however it drives
  * the link: forget the reply half read, allow a new connect only after a
@@ -1447,19 +1462,6 @@ static void redis_drop_waiters(void)
             conn_advance(c);
         }
     }
-}
-
-/* Moves the reply being framed to the start of the buffer, offsets too. */
-static void redis_compact(size_t start)
-{
-    struct redis *rd = &loop.redis;
-    if (start == 0)
-        return;
-    memmove(rd->in.data, rd->in.data + start, rd->in.len - start);
-    rd->in.len -= start;
-    rd->reply.pos -= start;
-    for (size_t i = 0; i < rd->reply.nitems; i++)
-        rd->reply.item[i].off -= start;
 }
 
 /* n more bytes of replies have landed in rd->in: frame each whole reply

@@ -1004,6 +1004,7 @@ static void set_timeout(int fd, int option, int ms)
         loop.current->send_timeout_ms = ms;
 }
 
+/* ---- shared: lingering ---- */
 /* Closes after an error without losing the response: a close() with unread
  * input makes the kernel send RST, which can destroy the reply in flight. So
  * half-close, then read and drop what the client still sends, briefly. */
@@ -1021,6 +1022,7 @@ static void close_lingering(int fd)
     }
     close(fd);
 }
+/* ---- end shared: lingering ---- */
 
 /* ----- Redis: one pipelined link for every fiber ----- */
 
@@ -1147,6 +1149,7 @@ static void redis_fail(void)
     }
 }
 
+/* ---- shared: redis_compact ---- */
 /* Moves the reply being framed to the start of the buffer, offsets too. */
 static void redis_compact(size_t start)
 {
@@ -1159,6 +1162,7 @@ static void redis_compact(size_t start)
     for (size_t i = 0; i < rd->reply.nitems; i++)
         rd->reply.item[i].off -= start;
 }
+/* ---- end shared: redis_compact ---- */
 
 /* n more bytes of replies have landed in rd->in: frame each whole reply
  * and switch to the fiber at the FIFO's head, which reads it in place and
@@ -1187,6 +1191,7 @@ static void redis_take_replies(size_t n)
     redis_compact(start);
 }
 
+/* ---- shared: redis_io ---- */
 /* Replies have arrived: read them, then frame and deliver them. */
 static void redis_read(void)
 {
@@ -1207,9 +1212,8 @@ static void redis_read(void)
 }
 
 /* Sends the queued commands, as far as the socket takes them. Called once
- * per loop turn, so the commands of every fiber run in it leave in one
- * send(): that is the pipelining. Level-triggered, as in 07: writability
- * is asked for only while commands wait. */
+ * per loop iteration, so the commands of every client served in it leave
+ * in one send(): that is the pipelining. */
 static void redis_send(void)
 {
     struct redis *rd = &loop.redis;
@@ -1231,6 +1235,7 @@ static void redis_send(void)
     if (!watch_fd(&rd->w, EV_READ | (rd->out.len ? EV_WRITE : 0)))
         redis_fail();
 }
+/* ---- end shared: redis_io ---- */
 
 /* The Redis fd is ready: finish a connect, take replies. (What is queued
  * goes out in the loop's one redis_send() after every event is handled.) */
