@@ -58,7 +58,7 @@
 #define MAX_HEAD           8192  /* request line + headers, else 431 */
 #define MAX_URI            4096  /* request target, else 414 */
 #define MAX_METHOD         16    /* longer than any method we know */
-/* The form rule (DESIGN.md §3): what the browser's form accepts, we accept.
+/* The form rule (docs/DESIGN.md §3): what the form accepts, we accept.
  * The template's maxlength counts UTF-16 units, never fewer than code
  * points, so the limits count code points of valid UTF-8 (a line break,
  * sent as CR LF, is one). The worst form a browser sends spends 9 bytes on

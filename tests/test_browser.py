@@ -1,4 +1,4 @@
-"""The browser and the server agree (issue 23, DESIGN.md §3 the form rule):
+"""The browser and the server agree (issue 23, docs/DESIGN.md §3 the form rule):
 a remark the guestbook's form accepts is stored, and a refused one comes
 back in the form with a message.
 

@@ -1,5 +1,5 @@
 """The Redis-backed guestbook: rendering, counting, posting, limits, and
-the form rule (DESIGN.md §3): what the form accepts is stored, counted in
+the form rule (docs/DESIGN.md §3): what the form accepts is stored, counted in
 characters as its maxlength counts them, and a refused form comes back as
 the page with a message and the visitor's text (tests/test_browser.py shows
 the same in a real browser).
@@ -22,7 +22,7 @@ from rawhttp import (FORM_HEAD, Connection, assert_html_error, exchange,
                      media_type)
 
 COUNT_RE = r"\d{1,3}(?:,\d{3})*"  # 1,234,567: groups of three after the first
-# The form rule (DESIGN.md §3): the limits in characters (code points; a
+# The form rule (docs/DESIGN.md §3): the limits in characters (code points; a
 # CR LF line break is one), as the template's maxlength has them, and the
 # largest body: 9 bytes a character at worst (%E4%B8%80) and the names.
 MAX_REMARK, MAX_NAME = 2000, 100
