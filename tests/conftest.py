@@ -49,10 +49,29 @@ SAMPLE_FILES = {
 }
 
 
+# Modules whose module-scoped fixture does the work of all their tests (one
+# trace run, one run of every handout, one pack, one sweep host): under
+# pytest-xdist (`make test` runs `-n 4 --dist loadgroup`) all their tests go
+# to one worker, or each worker would redo that work.
+ONE_WORKER = ("test_trace", "test_handouts", "test_lab_pack",
+              "test_sweep_placement")
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "models(*names, asan=True): run only against these server "
         "models (asan=False: their plain builds only)")
+    config.addinivalue_line(
+        "markers", "serial: measures how long or how much work something "
+        "took against another process's, so it runs alone: make test runs "
+        "`-m 'not serial'` in parallel, then `-m serial` on its own")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2]
+        if module in ONE_WORKER:
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 def pytest_generate_tests(metafunc):

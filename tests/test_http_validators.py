@@ -435,6 +435,7 @@ def test_pages_are_made_for_small_screens():
 
 # ---- httplint on what a real socket received ----
 
+CLOCK_BEHIND = re.compile(r"The server's clock is (\d+) seconds? behind")
 LINT_PROGRAM = ("import sys; from httplint.cli import main; "
                 "sys.argv = ['httplint', '-n']; main()")
 
@@ -454,14 +455,20 @@ def raw_response(port, path):
                                   "/favicon.ico", "/guestbook"])
 def test_httplint_finds_nothing_to_warn_about(server, path):
     raw = raw_response(server.port, path)
+    received = time.monotonic()
     assert raw.startswith(b"HTTP/1.1 200 "), raw[:200]
     proc = subprocess.run([python_with("httplint"), "-c", LINT_PROGRAM], input=raw,
                           capture_output=True, timeout=30)
     report = proc.stdout.decode(errors="replace")
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     assert "[GOOD]" in report, report  # it did lint something
+    # httplint compares Date with its own clock when it runs: a linter slow
+    # to start (a busy machine) reads as a server clock behind by as long.
+    late = time.monotonic() - received + 1
     bad = [line for line in report.splitlines()
-           if "[WARN]" in line or "[BAD]" in line]
+           if ("[WARN]" in line or "[BAD]" in line) and not (
+               (behind := CLOCK_BEHIND.search(line)) and
+               int(behind[1]) <= late)]
     assert not bad, report
 
 

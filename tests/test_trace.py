@@ -20,6 +20,10 @@ import pytest
 
 from processes import MODELS, REPO, Binary
 
+# A slow client's delay to the others, wake-ups per burst: what a busy
+# machine would blur. make test runs these alone, after the parallel part.
+pytestmark = pytest.mark.serial
+
 BUILT = [m for m in MODELS if (REPO / m).is_file()]
 PER_SERVER_LIMIT = 60  # seconds: the bound for one server's trace
 # Created during the scenario, by model: (processes, threads) per connection.

@@ -17,7 +17,8 @@ PACKAGES=(
     build-essential redis-server uthash-dev liburing-dev
     apache2-utils nginx wrk curl strace linux-perf patch
     util-linux iproute2 openssh-client openssh-server
-    python3 python3-pytest python3-matplotlib python3-venv python3-pip
+    python3 python3-pytest python3-pytest-xdist python3-matplotlib python3-venv
+    python3-pip
     clang clang-format libclang-rt-14-dev
     chromium chromium-driver python3-selenium
 )
