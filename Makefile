@@ -115,8 +115,10 @@ sweep-table: deps
 # results-check` only compares (tests/test_results_readme.py does too).
 results:
 	python3 loadtest/results-readme
+	python3 tools/anatomy --write
 results-check:
 	python3 loadtest/results-readme --check
+	python3 tools/anatomy --check
 
 # Fuzz the shared parsers with libFuzzer (fuzz/README.md): each target
 # FUZZ_SECONDS, as many at once as there are CPUs. Not part of `make test`

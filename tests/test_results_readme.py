@@ -1,9 +1,9 @@
-"""README.md's measured tables come from the kept results, not from hands.
+"""RESULTS.md's measured tables come from the kept results, not from hands.
 
 `make results` (loadtest/results-readme) rewrites the regions between
 `<!-- results: NAME begin ... -->` and `<!-- results: NAME end -->` from the
 result folders in loadtest/results/. These tests run the real command on the
-real README and result folders: README.md must be exactly what it writes, a
+real RESULTS.md and result folders: RESULTS.md must be exactly what it writes, a
 figure edited by hand must fail the check, the full sweep pinned must appear
 beside the unpinned one once both folders are kept, and loadtest/results/
 must hold what the documents cite and nothing else.
@@ -63,8 +63,8 @@ def test_readme_is_what_make_results_writes():
                                   "fibers", "event-static", "event-perconn",
                                   "reuseport-scaling"])
 def test_a_figure_edited_by_hand_fails_the_check(tmp_path, name):
-    readme = tmp_path / "README.md"
-    text = (REPO / "README.md").read_text()
+    readme = tmp_path / "RESULTS.md"
+    text = (REPO / "RESULTS.md").read_text()
     shown = region(text, name)
     first_table = "|" + shown.split("\n|", 1)[1].split("\n\n", 1)[0]
     _, table = rows(first_table)
@@ -82,8 +82,8 @@ def test_a_figure_edited_by_hand_fails_the_check(tmp_path, name):
 
 
 def test_prose_outside_the_regions_stays_hand_written(tmp_path):
-    readme = tmp_path / "README.md"
-    text = (REPO / "README.md").read_text().replace(
+    readme = tmp_path / "RESULTS.md"
+    text = (REPO / "RESULTS.md").read_text().replace(
         "What it shows:", "What it shows (edited by hand):", 1)
     readme.write_text(text)
     done = results_readme("--check", "--readme", str(readme))
@@ -111,8 +111,8 @@ def test_pinned_beside_unpinned_once_both_are_kept(tmp_path):
     for name, folder in stand_ins.items():
         (results / name).symlink_to(folder)
     unpinned, pinned = stand_ins.values()
-    readme = tmp_path / "README.md"
-    shutil.copy(REPO / "README.md", readme)
+    readme = tmp_path / "RESULTS.md"
+    shutil.copy(REPO / "RESULTS.md", readme)
     done = results_readme("--readme", str(readme), "--results", str(results))
     assert done.returncode == 0, done.stdout + done.stderr
     text = readme.read_text()
@@ -154,3 +154,34 @@ def test_results_holds_what_the_documents_cite():
     assert kept, "no kept results"
     assert sorted(kept - cited) == [], "kept but cited by no document"
     assert sorted(cited - kept - planned) == [], "cited but not kept"
+
+
+def test_readme_summary_is_rows_of_the_classic_table():
+    """The README's short table copies rows of RESULTS.md's classic region,
+    as they are: a figure typed into it by hand fails here."""
+    readme = (REPO / "README.md").read_text()
+    summary = readme.split("## Results, in short", 1)[1]
+    shown = [line for line in summary.splitlines() if line.startswith("|")]
+    classic = region((REPO / "RESULTS.md").read_text(), "classic")
+    assert len(shown) >= 3, "the README has no summary table"
+    for line in shown:
+        assert line in classic.splitlines(), f"not in the classic table: {line}"
+
+
+def test_anatomy_tables_are_current_and_checked(tmp_path):
+    """tools/anatomy --check passes on the repository and fails once a
+    main.c grows by a line without the tables being written again."""
+    anatomy = REPO / "tools" / "anatomy"
+    done = subprocess.run([sys.executable, str(anatomy), "--check"], cwd=REPO,
+                          capture_output=True, text=True, timeout=TOOL_TIMEOUT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for path in REPO.glob("[0-9][0-9]_*/main.c"):
+        (tmp_path / path.parent.name).mkdir()
+        shutil.copy(path, tmp_path / path.parent.name / "main.c")
+    shutil.copy(REPO / "README.md", tmp_path / "README.md")
+    grown = tmp_path / "01_iterative" / "main.c"
+    grown.write_text(grown.read_text() + "\n")
+    done = subprocess.run([sys.executable, str(anatomy), "--check",
+                           str(tmp_path)], capture_output=True, text=True,
+                          timeout=TOOL_TIMEOUT)
+    assert done.returncode == 1 and "stale" in done.stderr, done.stdout
