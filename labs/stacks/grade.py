@@ -8,34 +8,50 @@ touched in reserve), with a guard page below every stack (an overflow
 must fault, not overwrite). The sizes are read from the server's own
 memory map, whatever sets them."""
 
+import re
+import resource
+import subprocess
 import time
 
-from grading import (Grader, HeldClients, Unmet, get,  # labs/grading.py
-                     idle_clients, kept_clients, no_leak,
+from grading import (Grader, HeldClients, Unmet, ab_said,  # labs/grading.py
+                     footprint, get, idle_clients, kept_clients, no_leak,
                      raise_open_file_limit, seconds, status_field,
                      thread_stacks, wait_for)
 from rawhttp import FORM_HEAD, Connection
 
 IDLE = 300  # idle keep-alive clients: a thread (and a stack) each
 LIMIT_KB = 1024  # virtual memory per thread: a 64 KiB stack is far below
+STACK_KB = 256  # the stack alone: "well under 1 MiB", a quarter at most
 MARGIN = 2  # a stack at least this many times the deepest use seen
 DEEP = 20  # clients at once, each through the deepest requests
-CROWD = 1500  # clients at once, past any fixed number of stacks kept ready
+CROWD = 2500  # clients at once, past any fixed number of stacks kept ready
+FILES = ("/style.css", "/index.html", "/notes.txt")  # asked for at once
+ASKS = 5000  # keep-alive requests for each of FILES, 4 at a time each
+REFUSALS = 2000  # refused requests one after another: their lingering close
+REFUSAL_SLACK_KB = 4096  # must leave nothing behind either
+# The rlimits a server may be started under: the stack size is the
+# program's choice, not the shell's (`ulimit -s`).
+STACK_RLIMITS = (("unlimited", resource.RLIM_INFINITY), ("1024 KiB", 1 << 20))
 SERIAL = 5000  # connections one after another: none may leave memory
 # behind, nor take the stack of a client that stays
 # One malloc arena for all threads: glibc otherwise reserves 64 MiB of
 # address space per arena (up to 8 per core), which would swamp the stacks.
 ENV = {"MALLOC_ARENA_MAX": "1"}
+LOGGED = {**ENV, "ZEROHTTPD_LOG": "1"}  # the access log: a request goes deeper
+# The largest form a browser sends: a 100-character name and a
+# 2,000-character remark of 3-byte characters, each percent-encoded.
+MAX_FORM = (b"guest-name=" + b"%E4%B8%80" * 100 + b"&guest-remarks=" +
+            b"%E4%B8%80" * 2000)
 WATCH = ("watch: ./threaded 8000 & then grep -E 'Threads|VmSize' "
          "/proc/$!/status and the stacks' Size and Rss in /proc/$!/smaps")
 grader = Grader("stacks")
 
 
-def start(lab):
+def start(lab, env=ENV):
     """The server under MALLOC_ARENA_MAX=1; one that does not start, or
     dies as it starts, says why in one line (its stderr's last)."""
     try:
-        return lab.start(env=ENV)
+        return lab.start(env=env)
     except AssertionError as error:
         logs = sorted(lab.workdir.glob("*.stderr"),
                       key=lambda log: log.stat().st_mtime)
@@ -61,8 +77,8 @@ def deep_requests(lab, server):
     (a form POST, the guestbook page, a large header, an error page), then
     DEEP more for each refusal (413, 431, 414), left open: their threads
     live, their stacks as deep as they ever went."""
-    body = b"guest-name=" + b"n" * 90 + b"&guest-remarks=" + b"%41" * 1900
-    asks = [FORM_HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body,
+    asks = [FORM_HEAD + b"Content-Length: %d\r\n\r\n" % len(MAX_FORM) +
+            MAX_FORM,
             b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n",
             b"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * 6000 +
             b"\r\n\r\n",
@@ -83,7 +99,11 @@ def deep_requests(lab, server):
             for conn in conns:
                 conn.send(raw)
             for conn in conns:
-                conn.read_response()
+                answer = conn.read_response()
+                lab.expect(answer.status in (200, 303, 404), f"{step} "
+                           f"answered {answer.status}: the largest form a "
+                           f"browser sends ({len(MAX_FORM)} bytes) is "
+                           "stored (303), whatever the stack or the buffers")
         for raw in refusals:  # each on DEEP more clients at once
             step = f"{raw[:16]!r}... (refused)"
             refused = [Connection(server.port, timeout=seconds(5))
@@ -111,7 +131,7 @@ def alive(lab, server, doing):
 
 
 @grader.check(30, f"at most {LIMIT_KB} KiB of address space per thread with "
-              f"{IDLE} idle clients")
+              f"{IDLE} idle clients, a stack at most {STACK_KB} KiB")
 def small_stacks(lab):
     server = start(lab)
     before = status_field(server.pid, "VmSize")
@@ -119,11 +139,17 @@ def small_stacks(lab):
     threads = threads_for(lab, server, IDLE)
     time.sleep(seconds(0.2))
     kb = (status_field(server.pid, "VmSize") - before) / (threads - 1)
+    stacks = thread_stacks(server.pid)
     for c in clients:
         c.close()
     lab.expect(kb <= LIMIT_KB, f"{kb:.0f} KiB of address space per thread "
                f"({threads - 1} threads): {WATCH}")
-    return f"{kb:.0f} KiB per thread"
+    largest = max((size for size, _ in stacks), default=0)
+    lab.expect(largest <= STACK_KB, f"{largest} KiB thread stacks: the stack "
+               f"alone must stay well under 1 MiB (at most {STACK_KB} KiB), "
+               f"or the buffers a busy connection adds take a thread past "
+               f"it; {WATCH}")
+    return f"{kb:.0f} KiB per thread, {largest} KiB stacks"
 
 
 @grader.check(15, f"{DEEP} clients at once through the deepest requests: "
@@ -136,9 +162,9 @@ def deep(lab):
 
 
 @grader.check(15, f"every stack is at least {MARGIN}x as deep as a request "
-              "went")
+              "went (the access log on)")
 def margin(lab):
-    server = start(lab)
+    server = start(lab, LOGGED)
     conns = deep_requests(lab, server)
     stacks = thread_stacks(server.pid)
     for conn in conns:
@@ -153,22 +179,53 @@ def margin(lab):
     return f"{size} KiB stacks, {touched} KiB touched"
 
 
-@grader.check(10, "a guard page below every thread's stack")
+@grader.check(10, "a guard page below every thread's stack; the same "
+              "stacks under any ulimit -s")
 def guards(lab):
     server = start(lab)
     clients = idle_clients(server.port, DEEP)
     threads = threads_for(lab, server, DEEP)
-    guarded = len(thread_stacks(server.pid))
+    stacks = thread_stacks(server.pid)
     for c in clients:
         c.close()
-    lab.expect(guarded >= threads - 1, f"{guarded} stacks with a guard page "
-               f"for {threads - 1} threads: an overflow would overwrite "
-               "memory instead of faulting; watch: grep -B1 rw-p "
+    lab.expect(len(stacks) >= threads - 1, f"{len(stacks)} stacks with a "
+               f"guard page for {threads - 1} threads: an overflow would "
+               "overwrite memory instead of faulting; watch: grep -B1 rw-p "
                "/proc/PID/maps | grep -c -- ---p")
+    sizes = {size for size, _ in stacks}
+    server.stop()
+    for said, limit in STACK_RLIMITS:  # as started from another shell
+        soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+        resource.setrlimit(resource.RLIMIT_STACK, (limit, hard))
+        try:
+            server = start(lab)
+        except Unmet as unmet:
+            raise Unmet(f"under ulimit -s {said}: {unmet}") from None
+        finally:
+            resource.setrlimit(resource.RLIMIT_STACK, (soft, hard))
+        clients = idle_clients(server.port, DEEP)
+        for c in clients:
+            c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            answered = sum(c.recv(12).startswith(b"HTTP/1.1 200")
+                           for c in clients)
+        except OSError:
+            answered = 0
+        there = {size for size, _ in thread_stacks(server.pid)}
+        for c in clients:
+            c.close()
+        alive(lab, server, f"{DEEP} clients under ulimit -s {said}")
+        lab.expect(answered == DEEP and there == sizes, f"under ulimit -s "
+                   f"{said}: {answered} of {DEEP} clients answered, stacks "
+                   f"of {sorted(there)} KiB against {sorted(sizes)} KiB "
+                   "under the default: the stack size is the program's "
+                   "(pthread_attr_setstacksize), whatever RLIMIT_STACK says")
+        server.stop()
 
 
-@grader.check(10, f"{CROWD} clients at once, each answered twice: a stack "
-              "of its own each")
+@grader.check(10, f"{CROWD} clients at once, each answered twice, then "
+              f"{len(FILES)} files asked for at once: each thread its own "
+              "stack and memory")
 def crowd(lab):
     raise_open_file_limit()
     server = start(lab)
@@ -202,10 +259,27 @@ def crowd(lab):
     alive(lab, server, f"{CROWD} clients at once")
     lab.expect(answered == 2 * CROWD, f"{answered} answers of {2 * CROWD} "
                f"for {CROWD} clients at once, two requests each")
+    loads = [subprocess.Popen(
+        ["ab", "-q", "-k", "-n", str(ASKS), "-c", "4", "-s",
+         str(int(seconds(30))), f"http://127.0.0.1:{server.port}{path}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for path in FILES]
+    for path, load in zip(FILES, loads):
+        out, err = load.communicate(timeout=seconds(120))
+        done = subprocess.CompletedProcess(load.args, load.returncode, out,
+                                           err)
+        lab.expect(load.returncode == 0 and "Non-2xx" not in out and
+                   "Failed requests:        0" in out,
+                   f"{path}, {ASKS} keep-alive requests while "
+                   f"{', '.join(p for p in FILES if p != path)} were asked "
+                   f"for at once: {failures(done)} (a Length failure is "
+                   "another file's bytes: a buffer the threads share?)")
+    alive(lab, server, f"{len(FILES)} keep-alive loads at once")
 
 
-@grader.check(10, f"{SERIAL} connections one after another leave no memory "
-              "behind, beside a client that stays")
+@grader.check(10, f"{SERIAL} connections one after another, then "
+              f"{REFUSALS} refused ones, leave no memory behind, beside a "
+              "client that stays")
 def no_leaks(lab):
     server = start(lab)
     with HeldClients(server.port, 1) as held:  # its thread stays, asleep
@@ -215,7 +289,41 @@ def no_leaks(lab):
     lab.expect(held.answered and not held.errors, "a keep-alive client "
                f"asking every 0.5 s meanwhile: {'; '.join(held.errors[:1])}"
                " (its thread's stack given to another thread?)")
-    return grown
+    refused(lab, server, REFUSALS // 5)
+    before = footprint(server.pid)[0]
+    refused(lab, server, REFUSALS)
+    grown_kb = wait_for(lambda: footprint(server.pid)[0] - before,
+                        lambda kb: kb <= REFUSAL_SLACK_KB, limit=5)
+    lab.expect(grown_kb <= REFUSAL_SLACK_KB, f"{grown_kb} more KiB of address "
+               f"space after {REFUSALS} refused requests (414) one after "
+               f"another (at most {REFUSAL_SLACK_KB}): a lingering close "
+               f"leaves something behind; {WATCH}")
+    return f"{grown}; {grown_kb:+} KiB after {REFUSALS} refusals"
+
+
+def failures(done):
+    """ab's failed requests and their kinds, or its report's end."""
+    found = re.search(r"Failed requests: +(\d+)\n\s*(\(.*?\))?", done.stdout)
+    non_2xx = re.search(r"Non-2xx responses: +\d+", done.stdout)
+    said = " ".join(filter(None, [found and f"{found[1]} failed requests "
+                                  f"{found[2] or ''}".strip(),
+                                  non_2xx and non_2xx[0]]))
+    return said or ab_said(done)
+
+
+def refused(lab, server, count):
+    """count connections one after another, each a request whose target is
+    too long (414): the server answers, then lingers before it closes."""
+    ask = b"GET /" + b"u" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    for k in range(count):
+        try:
+            with Connection(server.port, timeout=seconds(5)) as conn:
+                conn.send_tolerating_reset(ask)
+                status = conn.read_response().status
+        except (OSError, AssertionError):
+            alive(lab, server, f"refused request {k + 1} of {count}")
+            raise
+        lab.expect(status == 414, f"a 5,000-byte target answered {status}")
 
 
 @grader.check(10, "pages and the guestbook still served; a clean stop")
