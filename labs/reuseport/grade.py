@@ -12,10 +12,12 @@ import re
 import socket
 import struct
 import subprocess
+import time
 from pathlib import Path
 
 from grading import (Grader, connections, death_telling,  # labs/
                      get, seconds, wait_for)
+from processes import free_port  # tests/processes.py
 
 LOOPS = 4  # more than two: a socket shared by every loop after the first
 BURST = 800  # new connections, one request each, 50 at a time
@@ -25,6 +27,48 @@ SOMAXCONN = 65535  # the kernel's cap on a queue, raised where the grader
 # may (its own network namespace, as root) so that queue lengths differ
 # as the code asks, not as the cap makes them all 4096
 grader = Grader("reuseport")
+# A shim (LD_PRELOAD) that makes the process's Nth call of one function
+# fail as the kernel would, whichever thread makes it: FAIL_CALL=bind or
+# listen, FAIL_AT=N, with EADDRINUSE.
+NTH_FAILS = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+static int failing(const char *name)
+{
+    static int calls[2];
+    const char *which = getenv("FAIL_CALL"), *at = getenv("FAIL_AT");
+    int k = strcmp(name, "bind") == 0 ? 0 : 1;
+    if (!which || !at || strcmp(which, name) != 0)
+        return 0;
+    return __atomic_add_fetch(&calls[k], 1, __ATOMIC_SEQ_CST) == atoi(at);
+}
+int bind(int fd, const struct sockaddr *a, socklen_t n)
+{
+    static int (*real)(int, const struct sockaddr *, socklen_t);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "bind");
+    if (failing("bind")) {
+        errno = EADDRINUSE;
+        return -1;
+    }
+    return real(fd, a, n);
+}
+int listen(int fd, int backlog)
+{
+    static int (*real)(int, int);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "listen");
+    if (failing("listen")) {
+        errno = EADDRINUSE;
+        return -1;
+    }
+    return real(fd, backlog);
+}
+"""
 
 
 def own_network():
@@ -90,6 +134,19 @@ def setup(sock):
             "queue": struct.unpack_from("8x6I", info)[5]}
 
 
+def fd_flags(pid, port):
+    """The open-file flags (/proc/PID/fdinfo) of each descriptor of pid
+    that is a listening socket on the port."""
+    wanted, flags = listening_inodes(port), []
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        inode = re.fullmatch(r"socket:\[(\d+)\]",
+                             os.readlink(f"/proc/{pid}/fd/{name}"))
+        if inode and int(inode[1]) in wanted:
+            info = Path(f"/proc/{pid}/fdinfo/{name}").read_text()
+            flags.append(int(re.search(r"flags:\s+(\d+)", info)[1], 8))
+    return flags
+
+
 def started(lab):
     """The server, once every loop's listener is up (loops_start() opens
     them after the first accepts), or 2 s."""
@@ -99,7 +156,7 @@ def started(lab):
     return server
 
 
-@check(30, f"{LOOPS} loops: {LOOPS} listening sockets on the port, each with "
+@check(25, f"{LOOPS} loops: {LOOPS} listening sockets on the port, each with "
        "its own accept queue")
 def own_listeners(lab):
     server = started(lab)
@@ -110,7 +167,7 @@ def own_listeners(lab):
 
 
 @check(15, "every listener is set up as the first: TCP_NODELAY for its "
-       "clients, an accept queue as long")
+       "clients, an accept queue as long, closed on exec")
 def set_up_alike(lab):
     server = started(lab)
     socks = listeners(server.pid, server.port)
@@ -118,6 +175,12 @@ def set_up_alike(lab):
         lab.expect(len(socks) == LOOPS, f"{len(socks)} listening socket(s) "
                    f"on the port, not {LOOPS}")
         first = setup(socks[0])
+        flags = fd_flags(server.pid, server.port)
+        lab.expect(flags and all(f & os.O_CLOEXEC for f in flags),
+                   f"{sum(not f & os.O_CLOEXEC for f in flags)} of "
+                   f"{len(flags)} listeners open across exec (no "
+                   "SOCK_CLOEXEC): a program the server ran would inherit "
+                   "them (/proc/PID/fdinfo/FD, flags)")
         for k, sock in enumerate(socks[1:], 1):
             other = setup(sock)
             lab.expect(other["TCP_NODELAY"] == first["TCP_NODELAY"],
@@ -211,7 +274,68 @@ def restarts_at_once(lab):
                "bind while the last run's connections wait in TIME_WAIT")
 
 
-grader.still_serves(15, env=ENV)
+@check(10, "a listener that cannot be set up stops the server: the 2nd "
+       "bind() or listen() failing exits it, not a loop without its own "
+       "queue; and no listener is closed while the loops start")
+def setup_failures_fatal(lab):
+    shim, source = lab.workdir / "nth_fails.so", lab.workdir / "nth_fails.c"
+    source.write_text(NTH_FAILS)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
+                    str(source), "-ldl"], check=True, capture_output=True)
+    for call in ("bind", "listen"):
+        port = free_port()
+        run = subprocess.Popen(
+            [str(lab.binary.path), str(port), "127.0.0.1",
+             str(lab.redis.port)], cwd=lab.site, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env={
+                **os.environ, **ENV, "LD_PRELOAD": str(shim),
+                "FAIL_CALL": call, "FAIL_AT": "2"})
+        try:
+            code = run.wait(timeout=seconds(5))
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        lab.expect(code not in (None, 0), f"the 2nd {call}() failed "
+                   "(EADDRINUSE) and the server "
+                   f"{'ran on' if code is None else 'exited 0'}: a loop "
+                   "without a listener of its own (or with another's) is "
+                   f"not the server asked for: check {call}()'s result, and "
+                   "die() as open_listener() does")
+    # Traced from exec on: the closes of the start-up, each socket named
+    # with its address (-yy), until every loop's listener is up.
+    port = free_port()
+    trace = lab.workdir / "start.strace"
+    run = subprocess.Popen(
+        ["strace", "-f", "-qq", "-yy", "-o", str(trace), "-e", "trace=close",
+         str(lab.binary.path), str(port), "127.0.0.1", str(lab.redis.port)],
+        cwd=lab.site, env={**os.environ, **ENV}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: len(listening_inodes(port)), lambda n: n >= LOOPS,
+                 limit=seconds(5))
+        time.sleep(seconds(0.2))
+        upto = trace.read_text() if trace.exists() else ""  # before the stop
+    finally:  # the server is strace's child: stop it, and strace ends
+        children = Path(f"/proc/{run.pid}/task/{run.pid}/children")
+        for pid in (children.read_text().split() if children.exists() else []):
+            os.kill(int(pid), 15)
+        try:
+            run.wait(timeout=seconds(10))
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
+    closed = [line for line in upto.splitlines()
+              if re.search(rf"close\(\d+<TCP\w*:\[[^\]]*:{port}\]>", line)]
+    lab.expect(not closed, f"a socket on the port was closed while the "
+               f"loops started ({closed[0][-80:] if closed else ''}): a "
+               "client the kernel had queued on it is reset; the first "
+               "listener is loop 0's, the others are added beside it")
+
+
+grader.still_serves(10, env=ENV)
 
 
 if __name__ == "__main__":
