@@ -19,13 +19,16 @@ import time
 from pathlib import Path
 
 from grading import (Grader, asking_clients, big_file,  # labs/grading.py
-                     get, kept_clients, keepalive_load, seconds,
+                     get, kept_clients, keepalive_load,
+                     raise_open_file_limit, seconds,
                      status_field, strace_bytes, strace_count,
                      wait_for)
 
 PIPELINED = 20000  # HEAD requests in one go: 560 KB, more than a request
 # buffer holds, even one enlarged so that "any pipeline fits"
 SILENCE = 3  # seconds without an answer that count as a stall
+GAP = 0.9  # seconds between two answers of one pipeline, at most: a loop
+# that waits out epoll_wait's 1 s timeout between them missed an edge
 BURST = 8  # clients at once, each pipelining BURST_EACH requests (28 KB,
 BURST_EACH = 1000  # more than the 24 KiB request buffer)
 HEAD = b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -33,11 +36,14 @@ GUESTBOOK_HEAD = b"HEAD /guestbook HTTP/1.1\r\nHost: x\r\n\r\n"
 EPOLLET = 1 << 31
 EPOLLONESHOT = 1 << 30
 REMARK = "x" * 1500  # 100 of these: an LRANGE reply of about 150 KB
+LONG_REMARK = "y" * 7000  # 100 of these: about 700 KB, past any read budget
 REFUSED_BODY = 60000  # over MAX_BODY (413), under LINGER_MAX_BYTES (64 KiB)
 LINGERERS = 3
 DRAIN_READ = 128 << 10  # bytes read from a refused client: its 24 KiB
 # request buffer, then at most 64 KiB of lingering
 HALF_HEADS = 100  # clients that each hold half a request, buffered
+KEPT = 300  # kept-alive clients, answered and idle: no request buffer held
+KEPT_KIB = 8  # address space allowed for each (the reference: under 1)
 BUFFER_KIB = 64  # address space allowed for each (the reference: 24)
 HALF_CLOSED = (1, 10, 1000)  # requests from each client before its FIN (as
 # the check's title says)
@@ -45,6 +51,8 @@ CTL_REQUESTS = 2000  # ab -k requests while epoll_ctl() is counted
 CUT = 11.5  # seconds: the 10 s request timeout, and a margin
 ENDLESS = b"GET / HTTP/1.1\r\nHost: x\r\n" + b"X-a: b\r\n" * 10
 NOFILE = 40  # the server's descriptor limit in out_of_descriptors
+CROWD = 300  # clients that connect at once, each with a request: one edge
+PIPELINED_CTL = 3000  # pipelined requests while epoll_ctl() is counted
 CTL_PER_REQUEST = 0.25  # allowed per request (level or edge: about 0.02)
 PIPE_HOW = ("watch it: the handout's pipelining one-liner against ./epoll "
             "8000 (more HEADs if your request buffer is bigger)")
@@ -64,22 +72,30 @@ def epoll_interest(pid):
     return {}
 
 
-def responses(sock, count, limit):
+def responses(sock, count, limit, gaps=None):
     """How many responses of `count` arrive before the server falls silent
-    for `limit` seconds, closes or resets the connection."""
+    for `limit` seconds, closes or resets the connection. gaps: a list that
+    gets the longest wait between two reads with answers in them."""
     sock.settimeout(seconds(limit))
     mark = b"HTTP/1.1 "
     seen, tail = 0, b""  # counted so far; the last bytes, for a split mark
+    last, longest = time.monotonic(), 0.0
     try:
         while seen < count:
             chunk = sock.recv(1 << 20)
             if not chunk:
                 break
+            now = time.monotonic()
+            if seen:
+                longest = max(longest, now - last)
+            last = now
             data = tail + chunk
             seen += data.count(mark)
             tail = data[-(len(mark) - 1):]
     except (socket.timeout, ConnectionResetError):
         pass
+    if gaps is not None:
+        gaps.append(longest)
     return seen
 
 
@@ -93,27 +109,36 @@ def send_quietly(sock, data):
 
 
 @grader.check(10, "every watched descriptor is edge-triggered (EPOLLET, not "
-              "EPOLLONESHOT): listener, clients, the Redis link")
+              "EPOLLONESHOT): listener, clients (one waiting to write), the "
+              "Redis link")
 def edge_triggered(lab):
+    path = big_file(lab)
     server = lab.start()
     lab.expect(get(server.port, "/guestbook")[0] == 200, "no guestbook page")
     clients = kept_clients(server.port, 5)
-    time.sleep(seconds(0.2))
+    stalled = socket.create_connection(("127.0.0.1", server.port),
+                                       timeout=seconds(5))
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    stalled.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    clients.append(stalled)  # unread: its answer waits for room to write
+    time.sleep(seconds(0.3))
     interest = epoll_interest(server.pid)
     for c in clients:
         c.close()
     level = [fd for fd, ev in interest.items() if not ev & EPOLLET]
     oneshot = [fd for fd, ev in interest.items() if ev & EPOLLONESHOT]
-    lab.expect(len(interest) >= 7 and not level and not oneshot,
-               f"{len(interest)} watched descriptors (5 clients, the listener "
-               f"and Redis expected), {len(level)} level-triggered, "
+    lab.expect(len(interest) >= 8 and not level and not oneshot,
+               f"{len(interest)} watched descriptors (5 clients, one whose "
+               "8 MiB answer waits for room to write, the listener and "
+               f"Redis expected), {len(level)} level-triggered, "
                f"{len(oneshot)} one-shot: every watch must be EPOLLET; see "
                f"them: grep tfd /proc/$(pgrep -x epoll)/fdinfo/* (events "
                "8000xxxx is edge)")
 
 
-@grader.check(15, f"{PIPELINED} pipelined requests on one connection, then "
-              f"{BURST} clients at once with {BURST_EACH} each: all answered")
+@grader.check(15, f"{PIPELINED} pipelined requests on one connection (never "
+              f"{GAP} s between answers), then {BURST} clients at once with "
+              f"{BURST_EACH} each: all answered")
 def pipelined(lab):
     server = lab.start()
     with socket.create_connection(("127.0.0.1", server.port),
@@ -124,7 +149,8 @@ def pipelined(lab):
                                   args=(s, HEAD * PIPELINED), daemon=True)
         sender.start()
         start = time.monotonic()
-        got = responses(s, PIPELINED, limit=SILENCE)
+        gaps = []
+        got = responses(s, PIPELINED, limit=SILENCE, gaps=gaps)
         took = time.monotonic() - start
         try:
             s.shutdown(socket.SHUT_RDWR)  # wakes a sender the server stalled
@@ -136,6 +162,11 @@ def pipelined(lab):
                "in the "
                "socket with no edge to come (a full buffer, a read that "
                "stopped early), or a full buffer taken for EOF; " + PIPE_HOW)
+    lab.expect(gaps[0] <= seconds(GAP), f"all {PIPELINED} answered, but once "
+               f"{gaps[0]:.2f} s passed between two answers (at most {GAP} "
+               "s): bytes already in were left until epoll_wait's timeout "
+               "woke the loop (work queued after the wait's turn was taken, "
+               "no edge to come); " + PIPE_HOW)
     burst = []
     for _ in range(BURST):  # all sent before any answer is read
         s = socket.create_connection(("127.0.0.1", server.port),
@@ -163,11 +194,12 @@ def pipelined(lab):
                "each answer waits for Redis): after an answer that came "
                "from Redis, the rest of a full buffer's bytes must be read "
                "too")
-    return f"{PIPELINED} answered in {took:.1f} s"
+    return f"{PIPELINED} answered in {took:.1f} s, {gaps[0]:.2f} s apart at most"
 
 
 @grader.check(5, f"{HALF_HEADS} clients holding half a request cost at most "
-              f"{BUFFER_KIB} KiB each (the 24 KiB request buffer stays)")
+              f"{BUFFER_KIB} KiB each (the 24 KiB request buffer stays), "
+              f"{KEPT} idle kept-alive ones at most {KEPT_KIB} KiB each")
 def buffer_bounded(lab):
     server = lab.start()
     before = status_field(server.pid, "VmSize")
@@ -181,7 +213,22 @@ def buffer_bounded(lab):
                "client holding half a request: a bigger request buffer only "
                "moves the stall to a longer pipeline; watch it: grep VmSize "
                "/proc/$(pgrep -x epoll)/status while clients hold requests")
-    return f"{each:.0f} KiB per client"
+    time.sleep(seconds(0.3))
+    before = status_field(server.pid, "VmSize")
+    kept = kept_clients(server.port, KEPT)  # answered, then idle
+    for s in kept:
+        s.settimeout(seconds(5))
+        s.recv(65536)
+    time.sleep(seconds(0.3))
+    idle = (status_field(server.pid, "VmSize") - before) / KEPT
+    for s in kept:
+        s.close()
+    lab.expect(idle <= KEPT_KIB, f"{idle:.1f} KiB of address space per "
+               f"kept-alive client, answered and idle ({KEPT} of them; at "
+               f"most {KEPT_KIB}): an idle connection holds no request "
+               "buffer (it is given back once a request is done and nothing "
+               "more is in)")
+    return f"{each:.0f} KiB per client holding half a request, {idle:.1f} per idle one"
 
 
 @grader.check(5, "an 8 MiB file reaches a client in full")
@@ -195,7 +242,7 @@ def big_download(lab):
                "http://127.0.0.1:8000/big.bin with a big file in public/")
 
 
-@grader.check(10, "a guestbook page whose Redis reply is 150 KB")
+@grader.check(10, "guestbook pages whose Redis replies are 150 KB and 700 KB")
 def big_redis_reply(lab):
     server = lab.start()
     for i in range(100):
@@ -211,6 +258,18 @@ def big_redis_reply(lab):
                "read to EAGAIN; watch it: redis-cli RPUSH guestbook:remarks "
                "0:$(head -c 1500 /dev/zero | tr '\\0' x) 100 times, then "
                "curl http://127.0.0.1:8000/guestbook")
+    for i in range(100):
+        lab.redis.command("RPUSH", "guestbook:remarks",
+                          f"0:{LONG_REMARK}{i}")
+    status, page = 0, b""
+    try:
+        status, page = get(server.port, "/guestbook", timeout=5)
+    except socket.timeout:
+        pass
+    lab.expect(status == 200 and page.count(LONG_REMARK.encode()) == 100,
+               f"status {status} (0: none in 5 s) for a page whose LRANGE "
+               "reply is 700 KB: a read that stops after so many bytes "
+               "leaves the rest in the socket, and no edge comes for it")
 
 
 @grader.check(10, f"{LINGERERS} bodies refused (413) at once: each drained "
@@ -290,7 +349,7 @@ def drained_after_refusal(lab, server):
 
 @grader.check(10, "clients that send 1, 10 and 1,000 pipelined requests, "
               "a guestbook page, or an 8 MiB file, then a FIN (half-close): "
-              "all answered in full")
+              "all answered in full; a FIN in the request's own segment seen")
 def half_closed(lab):
     path = big_file(lab)
     server = lab.start()
@@ -319,6 +378,23 @@ def half_closed(lab):
                "8 MiB file, each asked for just before a FIN: the answer was "
                "cut at the FIN (a client that half-closes still reads: "
                "finish what is under way, then close)")
+    with socket.create_connection(("127.0.0.1", server.port),
+                                  timeout=seconds(5)) as s:
+        s.sendall(HEAD)  # answered: kept alive, watched
+        lab.expect(responses(s, 1, limit=SILENCE) == 1, "no answer")
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        s.sendall(HEAD)
+        s.shutdown(socket.SHUT_WR)  # the FIN waits behind the cork...
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)  # ...and goes
+        start = time.monotonic()  # in the request's segment
+        answer = read_all(s)
+        took = time.monotonic() - start
+    lab.expect(answer.startswith(b"HTTP/1.1 200") and took < seconds(2),
+               f"a kept-alive client's next request and its FIN in one "
+               f"segment: answered "
+               f"{answer[:12]!r}, closed after {took:.1f} s (the idle timer's "
+               "5 s?): a read that returned less than asked for is not "
+               "EAGAIN; read on, and the 0 that follows is the FIN")
 
 
 def read_all(sock):
@@ -361,6 +437,25 @@ def arrives_while_busy(lab):
     sending.sendall(HEAD)
     on_file = responses(sending, 2, limit=SILENCE)
     sending.close()
+    leaving = socket.create_connection(("127.0.0.1", server.port),
+                                       timeout=seconds(5))
+    leaving.sendall(HEAD)  # kept alive and watched, then a page and a FIN
+    lab.expect(responses(leaving, 1, limit=SILENCE) == 1, "no answer")
+    lab.stall_redis()
+    leaving.sendall(b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.2)
+    leaving.shutdown(socket.SHUT_WR)  # its FIN comes while Redis holds it
+    time.sleep(0.3)
+    os.kill(lab.redis.proc.pid, signal.SIGCONT)
+    lab.stalled = False
+    after_fin = read_all(leaving)
+    leaving.close()
+    lab.expect(after_fin.startswith(b"HTTP/1.1 200") and
+               b"</html>" in after_fin, f"a kept-alive client asked for "
+               "the guestbook, then half-closed while Redis was slow: got "
+               f"{after_fin[:12]!r} ({len(after_fin)} bytes): a FIN says "
+               "the client sends no more, not that it stopped reading; "
+               "answer, then close")
     timing_out = socket.create_connection(("127.0.0.1", server.port),
                                           timeout=seconds(5))
     timing_out.sendall(HEAD)
@@ -386,7 +481,8 @@ def arrives_while_busy(lab):
 
 
 @grader.check(10, f"at most {CTL_PER_REQUEST} epoll_ctl() per request under "
-              "ab -k, pages and the guestbook (no re-arming on every call)")
+              "ab -k, pages and the guestbook, and pipelined (no re-arming "
+              "on every call)")
 def few_epoll_ctl(lab):
     server = lab.start()
     calls = strace_count(server.pid, ["epoll_ctl"], lambda: [keepalive_load(
@@ -399,7 +495,24 @@ def few_epoll_ctl(lab):
                "level triggering; watch it: strace -c -e trace=epoll_ctl -p "
                "$(pgrep -x epoll) during ab -k -n 2000 -c 20 "
                "http://127.0.0.1:8000/")
-    return f"{per:.3f} epoll_ctl() per request"
+
+    def pipeline():
+        with socket.create_connection(("127.0.0.1", server.port),
+                                      timeout=seconds(10)) as s:
+            sender = threading.Thread(target=send_quietly,
+                                      args=(s, HEAD * PIPELINED_CTL),
+                                      daemon=True)
+            sender.start()
+            responses(s, PIPELINED_CTL, limit=SILENCE)
+            sender.join(timeout=seconds(5))
+    calls = strace_count(server.pid, ["epoll_ctl"], pipeline)
+    piped = calls.get("epoll_ctl", 0) / PIPELINED_CTL
+    lab.expect(piped <= CTL_PER_REQUEST,
+               f"{piped:.2f} epoll_ctl() per request over {PIPELINED_CTL} "
+               "pipelined on one connection: a re-arm after each answer to "
+               "get an edge for the bytes already in; read them at once "
+               "instead")
+    return f"{per:.3f} epoll_ctl() per request, {piped:.3f} pipelined"
 
 
 @grader.check(5, f"a head sent a byte a second is cut within {CUT} s of "
@@ -431,9 +544,30 @@ def slow_head_cut(lab):
                "again after each read never fires")
 
 
-@grader.check(5, f"out of descriptors ({NOFILE} at most), {NOFILE + 20} "
-              "clients at once: none left hanging, a new one served after")
+@grader.check(5, f"{CROWD} clients at once, all answered; out of "
+              f"descriptors ({NOFILE} at most), {NOFILE + 20} clients at once: "
+              "none left hanging, a new one served after")
 def out_of_descriptors(lab):
+    raise_open_file_limit()
+    crowd_server = lab.start()
+    os.kill(crowd_server.pid, signal.SIGSTOP)  # they all queue meanwhile...
+    try:
+        crowd = asking_clients(crowd_server.port, CROWD, HEAD)
+    finally:
+        os.kill(crowd_server.pid, signal.SIGCONT)  # ...one edge for all
+    answered = 0
+    for s in crowd:
+        s.settimeout(seconds(3))
+        try:
+            answered += s.recv(65536).startswith(b"HTTP/1.1 200")
+        except OSError:
+            pass
+    for s in crowd:
+        s.close()
+    lab.expect(answered == CROWD, f"{answered} of {CROWD} clients that "
+               "connected at once answered within 3 s: the listener's edge "
+               "came once for all; accept until EAGAIN, or the rest wait "
+               "for a new client to come")
     server = lab.start(nofile=NOFILE)
     socks = asking_clients(server.port, NOFILE + 20, HEAD)
     hanging = 0
