@@ -3,16 +3,19 @@
  *
  * The model. Accept a connection, read one request, answer it, close it, and
  * only then accept the next. No concurrency at all: the baseline every other
- * model is measured against, and the reason the other seven exist.
+ * model is measured against, and the reason the other nine exist.
  *
  * One request's life:
  *   accept() -> recv() until the parser has a whole request -> a file
- *   (openat2 + sendfile) or the guestbook (3 Redis round trips) -> close()
+ *   (openat2 + sendfile) or the guestbook (a page: 3 Redis round trips; a
+ *   POST: 1) -> close()
  *
  * What it gains: nothing to lock, share or reap; the code is just the app.
  * What it costs: every client waits for every other. One slow client (slow
  * link, large file, half-sent request, slow Redis) holds the whole server,
- * so it never keeps a connection open: `Connection: close`, always.
+ * so it keeps no connection past its answer: `Connection: close`, always
+ * (the per-connection code it shares with 02-05 below can keep one alive;
+ * here every request is told to close).
  * Where it breaks: as soon as clients overlap. Under ab it looks fine at low
  * concurrency, where ab is the bottleneck: watch the latency, not just req/s.
  *
@@ -167,7 +170,8 @@ struct resp_reply {
 };
 
 /* Requests served, for the summary: a MAP_SHARED page updated with atomics,
- * so that 02/03's child processes and the threads of 04/05/09 count too. */
+ * so the count is right whatever serves the requests: this process, its
+ * threads or its child processes. */
 struct stats {
     unsigned long served;
     unsigned long by_class[STATUS_CLASSES];
@@ -273,9 +277,9 @@ static int64_t now_ms(void);
 /* ===== The concurrency model: one client at a time ===== */
 
 /* ---- shared: blocking_decls ---- */
-/* Serving one connection, blocking: the same in 01-05 and defined below, in
- * this order, after the model's own functions. The model calls the first
- * four. */
+/* Serving one connection in blocking style: declared here, defined below,
+ * after the model's own functions (01-05 block a thread; 10 runs the same
+ * code on fibers). The model calls the first four. */
 static int accept_client(void);
 static void serve_connection(int fd, struct redis *rd);
 static void redis_free(struct redis *rd);
@@ -292,7 +296,8 @@ static bool respond_error(struct conn *c, int status, const char *extra);
 static bool send_response(struct conn *c, int status, int file, off_t offset,
                           off_t length);
 
-/* Redis: one round trip at a time, waited for. */
+/* Redis: a command, then its reply, waited for (by the thread, or in 10 by
+ * the fiber while the others run). */
 enum redis_outcome { REDIS_OK, REDIS_FAILED, REDIS_GONE };
 static bool redis_command(struct redis *rd, int argc, const char *const argv[]);
 static enum redis_outcome redis_try(struct redis *rd, int argc,

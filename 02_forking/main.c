@@ -168,7 +168,8 @@ struct resp_reply {
 };
 
 /* Requests served, for the summary: a MAP_SHARED page updated with atomics,
- * so that 02/03's child processes and the threads of 04/05/09 count too. */
+ * so the count is right whatever serves the requests: this process, its
+ * threads or its child processes. */
 struct stats {
     unsigned long served;
     unsigned long by_class[STATUS_CLASSES];
@@ -274,9 +275,9 @@ static int64_t now_ms(void);
 /* ===== The concurrency model: a process per connection ===== */
 
 /* ---- shared: blocking_decls ---- */
-/* Serving one connection, blocking: the same in 01-05 and defined below, in
- * this order, after the model's own functions. The model calls the first
- * four. */
+/* Serving one connection in blocking style: declared here, defined below,
+ * after the model's own functions (01-05 block a thread; 10 runs the same
+ * code on fibers). The model calls the first four. */
 static int accept_client(void);
 static void serve_connection(int fd, struct redis *rd);
 static void redis_free(struct redis *rd);
@@ -293,7 +294,8 @@ static bool respond_error(struct conn *c, int status, const char *extra);
 static bool send_response(struct conn *c, int status, int file, off_t offset,
                           off_t length);
 
-/* Redis: one round trip at a time, waited for. */
+/* Redis: a command, then its reply, waited for (by the thread, or in 10 by
+ * the fiber while the others run). */
 enum redis_outcome { REDIS_OK, REDIS_FAILED, REDIS_GONE };
 static bool redis_command(struct redis *rd, int argc, const char *const argv[]);
 static enum redis_outcome redis_try(struct redis *rd, int argc,

@@ -199,7 +199,8 @@ struct resp_reply {
 };
 
 /* Requests served, for the summary: a MAP_SHARED page updated with atomics,
- * so that 02/03's child processes and the threads of 04/05/09 count too. */
+ * so the count is right whatever serves the requests: this process, its
+ * threads or its child processes. */
 struct stats {
     unsigned long served;
     unsigned long by_class[STATUS_CLASSES];
