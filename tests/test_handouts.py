@@ -119,3 +119,12 @@ def test_blocks_runner_keeps_its_rules(tmp_path):
         assert re.search(wanted, line), done.stdout + done.stderr
     assert done.returncode == 1
     assert running_with(marker) == []
+
+
+def test_readme_first_screen_runs_as_written():
+    """The README's first block (build, a private Redis, one server, curl,
+    stop) runs as pasted into a fresh clone; its other blocks say why not."""
+    done = run_blocks(REPO / "README.md")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "block 1 (line" in done.stdout and "ok: exit 0" in done.stdout, \
+        done.stdout
