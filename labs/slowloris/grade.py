@@ -7,13 +7,15 @@ clients, inside the 5 s idle and 10 s request limits, must still be served
 (a lower bound). The pool is checked to be the size asked for, so more
 threads cannot stand in for the deadlines."""
 
+import re
 import selectors
 import socket
+import subprocess
 import threading
 import time
 
-from grading import (Grader, get, idle_clients, seconds,  # labs/grading.py
-                     status_field, wait_for)
+from grading import (Grader, _strace, get, idle_clients,  # labs/grading.py
+                     seconds, status_field, wait_for)
 from rawhttp import Connection  # tests/rawhttp.py
 
 THREADS = 8  # the pool under attack
@@ -21,6 +23,8 @@ ATTACKERS = THREADS + 5  # more connections than threads
 BURST = 10  # new clients arriving at once while the pool is under attack
 WIDE = 16  # threads when each attacker is timed (one for each)
 CUT = 11.5  # seconds: the 10 s request limit, and a margin
+IDLE_CUT = 7.5  # seconds: the 5 s idle limit, and a margin
+UPTIME_DAYS = 50  # CLOCK_MONOTONIC this far ahead: its ms pass 2^31 and 2^32
 WATCH = (f"watch it: ZEROHTTPD_THREADS={THREADS} ./prethreaded 8000, the "
          f"handout's {ATTACKERS} idle sockets, then time curl "
          "http://127.0.0.1:8000/")
@@ -108,15 +112,46 @@ def under_attack(lab, attackers, limit, every=None, pieces=None):
             s.close()
 
 
+def closed_twice(traced):
+    """The descriptors (>= 0) of the close() calls that failed with EBADF
+    in strace -f's record: each was closed already, and in between another
+    thread may have been given that number for a new client."""
+    called, twice = {}, []
+    for line in traced.splitlines():
+        pid = line.split(None, 1)[0] if line else ""
+        start = re.search(r"close\((-?\d+)", line)
+        if start:  # the call, or its first half (<unfinished ...>)
+            called[pid] = int(start[1])
+        if "EBADF" in line and called.get(pid, -1) >= 0:
+            twice.append(called[pid])
+    return twice
+
+
 @grader.check(15, f"{ATTACKERS} idle connections against {THREADS} threads: "
-              f"{BURST} new clients are served within 8 s")
+              f"{BURST} new clients are served within 8 s; each cut "
+              "connection closed once")
 def idle_attack(lab):
     server = pool_server(lab)
-    took = under_attack(lab, idle_clients(server.port, ATTACKERS), 8)
+    attackers = idle_clients(server.port, ATTACKERS)
+    took = []
+    traced = _strace(server.pid, ["close"], lambda: took.append(
+        under_attack(lab, attackers, 8)), "-f")
+    took = took[0]
     lab.expect(took is not None,
                f"a new client was not served in 8 s while {ATTACKERS} idle "
                "connections held the pool (no idle deadline, or one longer "
                f"than 5 s); {WATCH}")
+    twice = closed_twice(traced)
+    lab.expect(not twice,
+               f"{len(twice)} close() calls failed with EBADF while the idle "
+               f"attackers were cut (close({twice[0]})"
+               + (" and more" if len(twice) > 1 else "") + "): a "
+               "descriptor closed twice, by the code that cut it and again "
+               "by serve_connection()? In between another pool thread may "
+               "accept a new client on that number, whose connection the "
+               "second close() then ends; watch it: strace -f -e "
+               "trace=close -p PID during the handout's first block"
+               if twice else "")
     return f"served after {took:.1f} s"
 
 
@@ -152,35 +187,48 @@ def slow_body_attack(lab):
 
 
 def attack_plan(start):
-    """Attackers of every shape, each a list of (seconds from `start`,
-    bytes to send), and the moment its request's 10 s begin. The slow
-    head a byte a second (staggered starts: every request has a clock of
-    its own); a request answered with the start of the next, which then
-    waits 9 s and trickles (its clock started with those first bytes); a
-    POST with Expect: 100-continue, its head over 7 s, then its body a
-    byte a second (the 100 Continue restarts nothing); a byte every 9 s
-    (no single wait is long, the request is)."""
+    """Attackers of every shape, each (what it is, the seconds within
+    which it must be cut, a list of (seconds from `start`, bytes to send)),
+    timed from its first byte. The slow head a byte a second (staggered
+    starts: every request has a clock of its own); a request answered with
+    the start of the next, which then waits 9 s and trickles (its clock
+    started with those first bytes); a POST with Expect: 100-continue, its
+    head over 7 s, then its body a byte a second (the 100 Continue restarts
+    nothing); a byte every 9 s (no single wait is long, the request is);
+    a blank line every 2 s (bytes all the same: the request clock runs);
+    a keep-alive request answered, then silence (the idle limit holds
+    between requests too, not only before the first)."""
     ask = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
     expect = POST_HEAD.replace(b"\r\n\r\n",
                                b"\r\nExpect: 100-continue\r\n\r\n")
     plans = []
     for k in range(3):
         t0 = start + 2 * k
-        plans.append([(t0 + i, ENDLESS_HEAD[i:i + 1]) for i in range(30)])
-        plans.append([(start, ask + ask[:16])] +
-                     [(start + 9 + i, b"X") for i in range(20)])
-        plans.append([(start + i, expect[len(expect) * i // 8:
-                                         len(expect) * (i + 1) // 8])
-                      for i in range(8)] +
-                     [(start + 8 + i, b"x") for i in range(20)])
-        plans.append([(start + 9 * i, ENDLESS_HEAD[i:i + 1])
-                      for i in range(4)])
+        plans.append(("a byte a second (staggered)", CUT,
+                      [(t0 + i, ENDLESS_HEAD[i:i + 1]) for i in range(30)]))
+        plans.append(("pipelined, then 9 s, then a byte a second", CUT,
+                      [(start, ask + ask[:16])] +
+                      [(start + 9 + i, b"X") for i in range(20)]))
+        plans.append(("Expect: 100-continue, head over 7 s, body a byte a "
+                      "second", CUT,
+                      [(start + i, expect[len(expect) * i // 8:
+                                          len(expect) * (i + 1) // 8])
+                       for i in range(8)] +
+                      [(start + 8 + i, b"x") for i in range(20)]))
+        plans.append(("a byte every 9 s", CUT,
+                      [(start + 9 * i, ENDLESS_HEAD[i:i + 1])
+                       for i in range(4)]))
+    plans.append(("a blank line (CR LF) every 2 s", CUT,
+                  [(start + 2 * i, b"\r\n") for i in range(10)]))
+    plans.append(("a keep-alive request answered, then silence", IDLE_CUT,
+                  [(start, ask)]))
     return plans
 
 
 def held_for(port, plans, limit):
-    """Runs the plans, one connection each, and returns how long after its
-    first byte the server closed each (None: not within `limit` s)."""
+    """Runs the plans (lists of (time, bytes)), one connection each, and
+    returns how long after its first byte the server closed each (None: not
+    within `limit` s)."""
     socks = [socket.create_connection(("127.0.0.1", port), timeout=5)
              for _ in plans]
     sel = selectors.DefaultSelector()
@@ -221,22 +269,22 @@ def held_for(port, plans, limit):
 
 
 @grader.check(15, f"attackers of every shape: each cut within {CUT} s of "
-              "its request's first byte")
+              "its request's first byte; an idle keep-alive client within "
+              f"{IDLE_CUT} s")
 def every_attacker_cut(lab):
     server = lab.start(env={"ZEROHTTPD_THREADS": str(WIDE)})
     get(server.port, "/")
     plans = attack_plan(time.monotonic() + 0.5)
-    held = held_for(server.port, plans, CUT + 2)
-    shapes = ["a byte a second (staggered)", "pipelined, then 9 s, then "
-              "a byte a second", "Expect: 100-continue, head over 7 s, "
-              "body a byte a second", "a byte every 9 s"]
-    late = [f"{shapes[k % 4]}: " + (f"{h:.1f} s" if h else "never")
-            for k, h in enumerate(held) if h is None or h > CUT]
-    lab.expect(not late, f"{len(late)} of {len(plans)} attackers held past "
-               f"{CUT} s: " + "; ".join(sorted(set(late))[:3]) + ": the 10 s "
+    held = held_for(server.port, [plan for _, _, plan in plans], CUT + 2)
+    late = [f"{shape}: " + (f"{h:.1f} s" if h else "never") + f" (at most "
+            f"{limit} s)" for (shape, limit, _), h in zip(plans, held)
+            if h is None or h > limit]
+    lab.expect(not late, f"{len(late)} of {len(plans)} attackers held too "
+               "long: " + "; ".join(sorted(set(late))[:3]) + ": the 10 s "
                "count from the request's first byte (bytes a pipelined "
-               "request left count as arrived), once, for this request "
-               "alone, body and 100 Continue included")
+               "request left count as arrived, blank lines too), once, for "
+               "this request alone, body and 100 Continue included; before "
+               "a request begins, first or keep-alive, the 5 s idle limit")
     return f"the longest held {max(h for h in held):.1f} s"
 
 
@@ -268,17 +316,36 @@ def slow_but_legitimate(port, kind):
                 conn.send(ask)
                 conn.read_response()
                 time.sleep(4.0)
-            conn.send_tolerating_reset(ask)
+            conn.send_tolerating_reset(ask[:16])  # 12 s in: in 2 pieces
+            time.sleep(1.0)
+            conn.send_tolerating_reset(ask[16:])
             label = ("the 4th request 4 s after the 3rd on one keep-alive "
-                     "connection (each wait between requests is its own)")
+                     "connection, in two pieces 1 s apart (each wait "
+                     "between requests is its own, and each request's "
+                     "clock: not the connection's)")
         elif kind == "pipelined":  # a second request begun with the first
-            conn.send(ask + ask[:16])
+            conn.send(ask[:16])  # the first takes 4 s
+            time.sleep(4.0)
+            conn.send(ask[16:] + ask[:16])
             conn.read_response()
             time.sleep(7.0)
             conn.send_tolerating_reset(ask[16:])
             label = ("a pipelined request finished 7 s after its first "
-                     "bytes came with the request before it (they count as "
-                     "arrived: its 10 s run from then, no 5 s idle limit)")
+                     "bytes came with the request before it, which took "
+                     "4 s (they count as arrived: its 10 s run from then, "
+                     "not from the first request's first byte, and no 5 s "
+                     "idle limit)")
+        elif kind == "nearly-10s":  # a head over 9.6 s: 10 s are 10 s
+            time.sleep((0.8 - time.time() % 1) % 1)  # at 0.8 of a second:
+            start = time.monotonic()  # a whole-second clock ends it at 9.2
+            for at, piece in [(0, b"GET /notes.txt HTTP/1.1\r\n"),
+                              (9.35, b"Host: x\r\n"), (9.6, b"\r\n")]:
+                time.sleep(max(0.0, start + at - time.monotonic()))
+                conn.send_tolerating_reset(piece)
+            label = ("a head sent over 9.6 s, its first byte at 0.8 of a "
+                     "wall-clock second (the 10 s must be 10 s to the "
+                     "millisecond: a deadline in whole seconds, time(NULL), "
+                     "ends it up to a second early)")
         else:
             if kind == "pause":  # one answered request, then 3 s idle
                 conn.send(ask)
@@ -294,7 +361,7 @@ def slow_but_legitimate(port, kind):
         return None if status == 200 else f"{label} was answered {status}"
 
 
-@grader.check(20, "slow but legitimate clients are served: a head sent over "
+@grader.check(15, "slow but legitimate clients are served: a head sent over "
               "7 s, a first request after 3 s silent, a keep-alive pause of "
               "3 s")
 def slow_clients_served(lab):
@@ -307,11 +374,63 @@ def slow_clients_served(lab):
 
 @grader.check(15, "slow but legitimate, the limits combined: 4 s silent then "
               "a head over 7 s; a pipelined request finished 7 s later; "
-              "6 s of silence inside a head; requests 4 s apart")
+              "6 s of silence inside a head; requests 4 s apart; a head "
+              "over 9.6 s")
 def combined_slow_clients(lab):
     wrong = slow_clients(lab, ["idle-trickle", "pipelined", "mid-pause",
-                               "keepalive-4s"])
+                               "keepalive-4s", "nearly-10s"])
     lab.expect(not wrong, "; ".join(wrong))
+
+
+# A shim (LD_PRELOAD) that puts CLOCK_MONOTONIC UPTIME_DAYS days ahead, as
+# on a host up that long: a millisecond count kept in 32 bits wraps.
+UPTIME = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <time.h>
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+    static int (*real)(clockid_t, struct timespec *);
+    if (!real)
+        real = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT,
+                                                            "clock_gettime");
+    int r = real(id, ts);
+    if (r == 0 && (id == CLOCK_MONOTONIC || id == CLOCK_MONOTONIC_COARSE ||
+                   id == CLOCK_MONOTONIC_RAW || id == CLOCK_BOOTTIME))
+        ts->tv_sec += AHEAD;
+    return r;
+}
+"""
+
+
+@grader.check(5, f"on a host up {UPTIME_DAYS} days (CLOCK_MONOTONIC's "
+              "milliseconds past 2^32), a request in two pieces 1 s apart "
+              "is served")
+def long_uptime(lab):
+    shim, source = lab.workdir / "uptime.so", lab.workdir / "uptime.c"
+    source.write_text(UPTIME)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2",
+                    f"-DAHEAD={UPTIME_DAYS * 86400}L", "-o", str(shim),
+                    str(source), "-ldl"], check=True, capture_output=True)
+    server = lab.start(env={"ZEROHTTPD_THREADS": str(THREADS),
+                            "LD_PRELOAD": str(shim)})
+    get(server.port, "/")
+    ask = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+    with Connection(server.port, timeout=seconds(10)) as conn:
+        conn.send(ask[:16])
+        time.sleep(1.0)
+        conn.send_tolerating_reset(ask[16:])
+        try:
+            status = conn.read_response().status
+        except (AssertionError, OSError) as error:
+            status = f"cut ({str(error)[:40]})"
+    lab.expect(status == 200,
+               f"with CLOCK_MONOTONIC {UPTIME_DAYS} days ahead, a request "
+               f"sent in two pieces 1 s apart was {status}: its deadline "
+               "wrapped into the past? Milliseconds since boot pass 2^31 "
+               "after 24.8 days: keep them in int64_t, never int; watch "
+               "it: unshare -rT --monotonic 4320000 ./prethreaded 8000, "
+               "then the handout's second block")
 
 
 def slow_clients(lab, kinds):
