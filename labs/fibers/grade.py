@@ -6,18 +6,30 @@ many, the return address misplaced, misaligned for fiber_main) kills the
 server as its first fiber runs. The guard is graded in /proc/PID/maps: a
 PROT_NONE page right below each fiber's stack, and gone with it."""
 
+import os
+import re
 import resource
+import select
+import socket
+import subprocess
+import time
+from collections import Counter
 from pathlib import Path
 
 from grading import (Grader, asking_clients, build,  # labs/grading.py
                      build_reference, death_telling, failing, get,
-                     raise_open_file_limit, status_field, wait_for)
-from processes import (fd_count, guarded_stacks,  # tests/processes.py
-                       settled)
+                     raise_open_file_limit, seconds, status_field, wait_for)
+from processes import (fd_count, free_port,  # tests/processes.py
+                       guarded_stacks, settled)
 
 CLIENTS = 200  # kept connections served at once: a fiber each
 REFUSED = 2000  # clients that come while every mprotect() fails
 REFUSED_KIB = 64  # address space they may leave behind, all of them
+ERRORS = ("EACCES", "ENOMEM")  # mprotect's errors, half the clients each
+BATCH_S = 10  # a hundred clients each answered or closed within this
+ASAN_FLAGS = ("-O1 -fno-omit-frame-pointer -fsanitize=address,undefined "
+              "-fno-sanitize-recover=undefined")  # the Makefile's make asan
+START_S = 10  # mprotect failing from the start: dead or serving by then
 IDLE = 1000  # kept clients whose stacks' resident memory is counted
 IDLE_KIB = 40  # resident memory per kept client (the reference: about 17)
 RUN = ("gdb -ex run --args ./fibers 8000, then curl http://127.0.0.1:8000/ "
@@ -55,7 +67,34 @@ def mappings(pid):
     return len(Path(f"/proc/{pid}/maps").read_text().splitlines())
 
 
-@check(30, f"fibers switch: {CLIENTS} kept clients at once, pages and the "
+def stacks_seen(pid):
+    """Every guarded stack (an anonymous rw-p mapping right above a
+    one-page ---p one): [(size KiB, resident KiB, its guard's resident KiB,
+    whether its lowest page is resident)], from /proc/PID/smaps and, for
+    the lowest page, /proc/PID/pagemap (bit 63: present)."""
+    page = resource.getpagesize()
+    maps = []  # [start, end, perms, anonymous, rss KiB]
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        fields = line.split()
+        if re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", fields[0]):
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            maps.append([start, end, fields[1], len(fields) == 5, 0])
+        elif fields[0] == "Rss:":
+            maps[-1][4] = int(fields[1])
+    found = []
+    with open(f"/proc/{pid}/pagemap", "rb") as pagemap:
+        for guard, (start, end, perms, anonymous, rss) in zip(maps,
+                                                              maps[1:]):
+            if (perms == "rw-p" and anonymous and guard[2] == "---p"
+                    and guard[1] == start and guard[1] - guard[0] == page):
+                pagemap.seek(start // page * 8)
+                entry = int.from_bytes(pagemap.read(8), "little")
+                found.append(((end - start) // 1024, rss, guard[4],
+                              bool(entry >> 63 & 1)))
+    return found
+
+
+@check(25, f"fibers switch: {CLIENTS} kept clients at once, pages and the "
        "guestbook")
 def switching(lab):
     server = lab.start()
@@ -83,8 +122,15 @@ def at_rest(lab, binary=None):
        "right below it, the acceptor's too, unmapped with the stack")
 def guard_pages(lab):
     reference = at_rest(lab, build_reference("10_fibers", lab.workdir))
+    before = Counter(size for size, *_ in stacks_seen(reference[0].pid))
+    held, _ = open_clients(reference[0].port, 3)
+    added = Counter(size for size, *_ in stacks_seen(reference[0].pid))
+    stack_kib = (added - before).most_common(1)[0][0]  # FIBER_STACK
+    for s in held:
+        s.close()
     reference[0].stop()
     server, fds, stacks, guards, vmas = at_rest(lab)
+    sizes = Counter(size for size, *_ in stacks_seen(server.pid))
     lab.expect(stacks >= reference[2], f"at rest (only the acceptor's fiber "
                f"left), {stacks} guarded stacks, the reference has "
                f"{reference[2]}: the acceptor's stack has no guard below it "
@@ -94,6 +140,14 @@ def guard_pages(lab):
     guarded = guarded_stacks(server.pid) - stacks
     lab.expect(guarded == CLIENTS, f"{guarded} stacks of {CLIENTS} have a "
                f"PROT_NONE (---p) page right below them: {MAPS}")
+    short = {size: n for size, n in (Counter(
+        size for size, *_ in stacks_seen(server.pid)) - sizes).items()
+        if size != stack_kib}
+    lab.expect(not short, f"with {CLIENTS} clients open, guarded stacks of "
+               + ", ".join(f"{n} x {size} KiB" for size, n in short.items())
+               + f", not {stack_kib} KiB (FIBER_STACK) each as the "
+               "reference's: the guard is the extra page mapped below the "
+               f"stack, not taken from it; {MAPS} (the rw-p above each ---p)")
     # Every other client leaves: the stacks left are apart, so each guard
     # seen below one is its own (a guard on top of each stack, "stacks grow
     # up", sat below its neighbour's stack until the neighbour left).
@@ -124,40 +178,132 @@ def guard_pages(lab):
                f"stack): {MAPS}, then after they leave")
 
 
+def served_or_refused(lab, port, pid, base, tally):
+    """A hundred keep-alive clients ask for / at once; each must be
+    answered or closed (refused) within BATCH_S. Those answered are held
+    open while the stacks are counted: each must run on a guarded stack."""
+    socks = asking_clients(port, 100, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    pending, served = {s.fileno(): s for s in socks}, []
+    deadline = time.monotonic() + seconds(BATCH_S)
+    try:
+        while pending and time.monotonic() < deadline:
+            ready, _, _ = select.select(list(pending), [], [], 0.1)
+            for fd in ready:
+                s = pending.pop(fd)
+                try:
+                    data = s.recv(65536)
+                except OSError:  # reset: closed with the request unread
+                    data = b""
+                if data.startswith(b"HTTP/1.1 200"):
+                    served.append(s)
+        lab.expect(not pending, f"{len(pending)} of 100 clients neither "
+                   f"answered nor closed within {seconds(BATCH_S):.0f} s "
+                   "while every mprotect() failed: the server stalls (a "
+                   "loop retrying mprotect?) instead of refusing the client "
+                   "(close it, unmap its stack, free its struct); watch it: "
+                   f"strace -f -e inject=mprotect:error=ENOMEM -p PID, then "
+                   "curl -v http://127.0.0.1:8000/ and top")
+        guarded = guarded_stacks(pid) - base
+        lab.expect(guarded >= len(served), f"{len(served)} of 100 clients "
+                   "served while every mprotect() failed, held open with "
+                   f"{guarded} more guarded stacks: a client served on a "
+                   "stack with no guard below it (check mprotect's result "
+                   "whatever the error: refuse the client, unmap the "
+                   "stack)")
+        tally.append(len(served))
+    finally:
+        for s in socks:
+            s.close()
+
+
 @check(10, f"mprotect() failing: the {REFUSED} clients that came meanwhile "
        "are refused (no stack without a guard), nothing is leaked")
 def guard_fails(lab):
-    server = at_rest(lab)[0]
+    server, _, base, _, _ = at_rest(lab)
     size = status_field(server.pid, "VmSize")  # KiB
-    answered = []
-
-    def clients_while_refused():
-        for _ in range(REFUSED // 100):  # a hundred at a time
-            socks = asking_clients(server.port, 100,
-                                   b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-            for s in socks:
-                s.settimeout(3)
-                try:
-                    answered.append(
-                        s.recv(65536).startswith(b"HTTP/1.1 200"))
-                except OSError:
-                    answered.append(False)
-                s.close()
-
-    failing(server.pid, "mprotect", "ENOMEM", clients_while_refused)
-    served = sum(answered)
-    lab.expect(served == 0, f"{served} of {REFUSED} clients served while "
-               "every mprotect() failed: each on a stack with no guard "
-               "below it (check mprotect's result: refuse the client, "
-               "unmap the stack)")
-    grown = wait_for(lambda: status_field(server.pid, "VmSize") - size,
-                     lambda kib: kib <= REFUSED_KIB, limit=5)
-    lab.expect(grown <= REFUSED_KIB, f"{grown} KiB more address space than "
-               f"before {REFUSED} clients were refused: what was taken for "
-               "a fiber that never ran (its mapping, all of it, its struct) "
-               "was not given back")
+    served = []
+    for error in ERRORS:
+        failing(server.pid, "mprotect", error, lambda: [
+            served_or_refused(lab, server.port, server.pid, base, served)
+            for _ in range(REFUSED // 100 // len(ERRORS))])
+    refused = REFUSED - sum(served)
+    if refused:  # (a client served on a guarded stack was not refused)
+        grown = wait_for(lambda: status_field(server.pid, "VmSize") - size,
+                         lambda kib: kib <= REFUSED_KIB, limit=5)
+        lab.expect(grown <= REFUSED_KIB, f"{grown} KiB more address space "
+                   f"than before {refused} clients were refused: what was "
+                   "taken for a fiber that never ran (its mapping, all of "
+                   "it, its struct) was not given back")
     lab.expect(get(server.port, "/")[0] == 200, "GET / failed once "
                "mprotect() worked again")
+    return (f"{refused} refused, {sum(served)} served (each on a guarded "
+            "stack)")
+
+
+ALWAYS_FAILS = r"""
+#include <errno.h>
+#include <stddef.h>
+int mprotect(void *addr, size_t len, int prot)
+{
+    (void)addr, (void)len, (void)prot;
+    errno = ENOMEM;
+    return -1;
+}
+"""
+
+
+@check(5, "mprotect() failing from the start: the server dies, or its "
+       "acceptor's stack is guarded all the same")
+def guard_fails_at_start(lab):
+    normal = at_rest(lab)[2]
+    shim = lab.workdir / "no_mprotect.so"
+    source = lab.workdir / "no_mprotect.c"
+    source.write_text(ALWAYS_FAILS)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
+                    str(source)], check=True, capture_output=True)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "ZEROHTTPD_LOG"}
+    run = subprocess.Popen(
+        [str(lab.binary.path), str(port), "127.0.0.1", str(lab.redis.port)],
+        cwd=lab.site, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, env={**env, "LD_PRELOAD": str(shim)})
+    accepting, code, stacks = False, None, 0
+    try:
+        deadline = time.monotonic() + seconds(START_S)
+        while (not accepting and run.poll() is None
+               and time.monotonic() < deadline):
+            try:  # answered, closed or reset: the acceptor runs
+                with socket.create_connection(("127.0.0.1", port),
+                                              timeout=seconds(1)) as sock:
+                    sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
+                    sock.recv(1)
+                accepting = True
+            except ConnectionResetError:
+                accepting = True
+            except OSError:  # not listening yet, or no answer
+                time.sleep(0.1)
+        try:  # a server that dies as it starts its acceptor: a moment
+            code = run.wait(timeout=seconds(0.5))
+        except subprocess.TimeoutExpired:
+            stacks = guarded_stacks(run.pid)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    if code is not None:
+        return f"died at start (status {code})"
+    lab.expect(accepting, f"with every mprotect() failing from the start "
+               f"(LD_PRELOAD), the server neither died nor took a client "
+               f"within {seconds(START_S):.0f} s: stuck before its loop (a "
+               "loop retrying mprotect?); the acceptor's fiber_spawn() must "
+               "fail, and the server die")
+    lab.expect(stacks >= normal, f"with every mprotect() failing from the "
+               f"start (LD_PRELOAD), the server runs with {stacks} guarded "
+               f"stacks, {normal} when mprotect() works: its acceptor's "
+               "stack has no guard below it (a fiber without its guard, "
+               "the acceptor's too, is refused: loop_init() dies); watch "
+               "/proc/PID/maps")
+    return "runs, its acceptor's stack guarded"
 
 
 @check(5, "built with -DFIBER_UCONTEXT (swapcontext), every stack still "
@@ -180,16 +326,65 @@ def ucontext_guards(lab):
                "context_init()")
 
 
+@check(5, "built with ASan (make asan: the hand-written switch, larger "
+       "stacks), every stack still has its guard")
+def asan_guards(lab):
+    binary = lab.workdir / "asan" / "fibers"
+    ok, said = build(lab.source, binary, "fibers", ASAN_FLAGS)
+    lab.expect(ok, f"the ASan build does not build: {said.strip()[:150]}")
+    server = lab.start(binary=binary)
+    lab.expect(get(server.port, "/")[0] == 200, "GET / failed")
+    stacks = settled(lambda: guarded_stacks(server.pid), "the stacks")
+    clients, answered = open_clients(server.port, 50)
+    guarded = guarded_stacks(server.pid) - stacks
+    for c in clients:
+        c.close()
+    lab.expect(answered == 50 and guarded == 50, f"built as make asan "
+               f"builds it: {answered} of 50 clients answered, {guarded} "
+               "more guarded stacks: the guard is fiber_spawn()'s in every "
+               "build, ASan's too (its red zones do not catch a stack "
+               "overflow into the mapping below); make asan, then watch "
+               "/proc/$(pgrep -f asan/fibers)/maps under 50 kept clients")
+
+
 @check(5, f"{IDLE} kept clients cost at most {IDLE_KIB} KiB of resident "
        "memory each: a stack is backed only where it is touched")
 def touched_only(lab):
     raise_open_file_limit()
+    reference = lab.start(binary=build_reference("10_fibers", lab.workdir))
+    held, _ = open_clients(reference.port, 50)
+    deepest = max(rss for _, rss, _, _ in stacks_seen(reference.pid))
+    for c in held:
+        c.close()
+    reference.stop()
     server = at_rest(lab)[0]
     before = status_field(server.pid, "VmRSS")
     clients, answered = open_clients(server.port, IDLE)
     each = (status_field(server.pid, "VmRSS") - before) / IDLE
+    stacks = stacks_seen(server.pid)
     for c in clients:
         c.close()
+    page_kib = resource.getpagesize() // 1024
+    deep = sum(rss > deepest + page_kib for _, rss, _, _ in stacks)
+    lab.expect(not deep, f"{deep} of {len(stacks)} stacks under {IDLE} kept "
+               f"clients have more than {deepest + page_kib} KiB resident "
+               f"(the reference's deepest stack, {deepest} KiB, and a page): "
+               "a stack written (prefaulted?) below what the fiber uses is "
+               "backed all the same; write only the frame the switch pops; "
+               "watch Rss of each stack in /proc/PID/smaps")
+    bottom = sum(low for _, _, _, low in stacks)
+    lab.expect(not bottom, f"{bottom} of {len(stacks)} stacks under {IDLE} "
+               "kept clients have their lowest page resident (a fiber "
+               "serving / uses the top few KiB): something wrote at the "
+               "bottom of the stack (a canary?), and each pays a page for "
+               "it; write only the frame the switch pops; watch "
+               "/proc/PID/pagemap at the stack's start")
+    guards = sum(rss > 0 for _, _, rss, _ in stacks)
+    lab.expect(not guards, f"{guards} of {len(stacks)} guard pages under "
+               f"{IDLE} kept clients are resident: a guard written before "
+               "it was protected (a memset, a pattern?) keeps its page; "
+               "PROT_NONE does not give it back; watch Rss of the ---p "
+               "pages in /proc/PID/smaps")
     lab.expect(answered == IDLE and each <= IDLE_KIB, f"{answered} of {IDLE} "
                f"answered, {each:.0f} KiB resident each: a stack written in "
                "full when it is laid out (a memset?) is backed in full; "
@@ -197,7 +392,7 @@ def touched_only(lab):
     return f"{each:.0f} KiB each"
 
 
-grader.still_serves(20)
+grader.still_serves(15)
 
 
 if __name__ == "__main__":
