@@ -4,22 +4,29 @@
 Each check probes one way a reaper goes wrong: exits that pile up under
 one SIGCHLD (a reaper that does not loop), exits under concurrent load, a
 reaper that waits for a child still serving (it blocks every other client),
-and children collected some other way than by waitpid() (the exit statuses
-are lost). Counts, never speeds; every wait is generous."""
+children collected some other way than by waitpid() (the exit statuses
+are lost), a stop that signals its launcher's whole process group or
+leaves a process serving, and a handler that changes errno. Counts, never
+speeds; every wait is generous."""
 
+import contextlib
+import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
 import threading
 import time
 
-from grading import (Grader, HeldClients, Unmet,  # labs/grading.py
-                     cpu_seconds, get, idle_clients, live_children,
+from grading import (C_WORDS, Grader, HeldClients,  # labs/grading.py
+                     Unmet, _strace, asking_clients, code_only, cpu_seconds,
+                     function_body, get, idle_clients, live_children,
                      review_handlers, seconds, slowed, stopped,
                      strace_returns, wait_for, zombie_children)
+from rawhttp import Connection  # tests/rawhttp.py
 
-BURST = 200  # children that exit while the server cannot run: one SIGCHLD
+BURST = 500  # children that exit while the server cannot run: one SIGCHLD
 LOAD = ["-n", "3000", "-c", "50"]  # ab: 50 connections at a time
 PILED = 300  # zombies at once during that load, at most
 SERIAL = 40  # requests one after another
@@ -27,7 +34,45 @@ ROUNDS = 3  # a child exits while the reaper's waitpid() is under way
 SLOWED = 0.5  # seconds added to the return of each waitpid() (strace)
 WATCH = ("watch them: ./forking 8000 & ab -n 1000 -c 50 "
          "http://127.0.0.1:8000/; ps -o pid,stat --ppid $!")
+REQUEST = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
 grader = Grader("zombies")
+# SIGTERMs that reached this grader: it leads the process group its servers
+# run in (see __main__), as a script or make that starts a server does, so
+# a server that stops with kill(0, ...) signals it too.
+launcher_hit = []
+
+
+def turns(pid, during):
+    """Runs during() while strace watches pid's main thread accept and
+    reap: [accept's return, waitpid() calls, PIDs they returned] for each
+    accept4()/accept() call, counting the calls after it and before the
+    next accept, in order (the first entry, None, holds what came before
+    the first accept)."""
+    found = [[None, 0, 0]]
+    for line in _strace(pid, ["wait4", "accept4", "accept"],
+                        during).splitlines():
+        call = re.match(r"(wait4|accept4?)\(.*\)\s+=\s+(-?\d+|\?)", line)
+        if not call:
+            continue  # a signal, or a call strace cut short
+        value = int(call[2]) if call[2] != "?" else -1
+        if call[1] == "wait4":
+            found[-1][1] += 1
+            found[-1][2] += value > 0
+        else:
+            found.append([value, 0, 0])
+    return found
+
+
+def launcher_spared(lab, before):
+    """Stopping the server sent no SIGTERM to the grader that launched it
+    (launcher_hit grew from `before`)."""
+    lab.expect(len(launcher_hit) == before, "stopping the server (SIGTERM) "
+               "sent SIGTERM to the grader that started it as well (it "
+               "shares the server's process group, as a script, make or a "
+               "shell without job control does): kill(0, ...) or killpg() "
+               "signals the whole group, not only the server's children; "
+               "watch: setsid bash -c './forking 8000 & sleep 2; kill $!; "
+               "sleep 1; echo launcher survived'")
 
 
 def served(lab, server, path="/", limit=5, beside=""):
@@ -59,27 +104,45 @@ def zombies_gone(lab, server, what, limit=2):
                f"{what}; {WATCH}")
 
 
-@grader.check(25, f"{BURST} children exit at once (one SIGCHLD): all reaped")
+@grader.check(25, f"{BURST} children exit at once (one SIGCHLD): all reaped "
+              "in one pass")
 def bursts(lab):
     server = lab.start()
-    clients = idle_clients(server.port, BURST)  # a child each, waiting
-    alive = wait_for(lambda: len(live_children(server.pid)),
-                     lambda n: n >= BURST, limit=5)
-    lab.expect(alive >= BURST, f"{alive} children for {BURST} clients "
-               "connected at once: does the accept loop wait for a child? "
-               "watch: ps -o pid,stat,wchan --ppid PID while they connect")
-    children = live_children(server.pid)
-    with stopped(server.pid):  # the exits pile up; signals do not queue
-        for client in clients:
-            client.close()
-        for pid in children[::10]:  # a few die of a signal instead
-            os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: len(zombie_children(server.pid)),
-                 lambda n: n >= BURST, limit=5)
-    zombies_gone(lab, server, f"{BURST} children exited at once, every "
-                 "tenth killed by SIGKILL (one SIGCHLD stood for all of "
-                 "them: a fixed batch or table, or a loop that stops at a "
-                 "child killed by a signal?)")
+    piled = [0]
+
+    def burst():
+        # a child each, waiting for the rest of its request (10 s, where an
+        # idle client is dropped after 5 s: a busy machine is slow to fork)
+        clients = asking_clients(server.port, BURST, b"GET / HTTP/1.1\r\n")
+        alive = wait_for(lambda: len(live_children(server.pid)),
+                         lambda n: n >= BURST, limit=5)
+        lab.expect(alive >= BURST, f"{alive} children for {BURST} clients "
+                   "connected at once: does the accept loop wait for a "
+                   "child? (a child of a child is not the server's to "
+                   "reap) watch: ps -o pid,stat,wchan --ppid PID while they "
+                   "connect")
+        children = live_children(server.pid)
+        with stopped(server.pid):  # the exits pile up; signals do not queue
+            for client in clients:
+                client.close()
+            for pid in children[::10]:  # a few die of a signal instead
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            piled[0] = wait_for(lambda: len(zombie_children(server.pid)),
+                                lambda n: n >= BURST, limit=5)
+        zombies_gone(lab, server, f"{BURST} children exited at once, every "
+                     "tenth killed by SIGKILL (one SIGCHLD stood for all of "
+                     "them: a fixed batch or table, or a loop that stops at "
+                     "a child killed by a signal?)")
+
+    one_pass = max(reaped for _, _, reaped in turns(server.pid, burst))
+    lab.expect(one_pass >= piled[0], f"{piled[0]} children had exited when "
+               f"the server resumed, but it reaped at most {one_pass} of "
+               "them between two accept()s (the rest waited for a later "
+               "turn): collect until waitpid() says nothing more (0 or -1), "
+               "not a fixed batch or table; watch: strace -e "
+               "trace=wait4,accept4 -p PID")
+    return f"{one_pass} of {piled[0]} zombies reaped in one pass"
 
 
 @grader.check(15, f"ab {' '.join(LOAD)}: every request served, no zombie "
@@ -94,14 +157,20 @@ def under_load(lab):
 
     counter = threading.Thread(target=count_zombies, daemon=True)
     counter.start()
-    try:
-        done = subprocess.run(
+    done = []
+
+    def load():
+        done.append(subprocess.run(
             ["ab", "-q", *LOAD, "-s", str(int(seconds(30))),
              f"http://127.0.0.1:{server.port}/"],
-            capture_output=True, text=True, timeout=seconds(120))
+            capture_output=True, text=True, timeout=seconds(120)))
+
+    try:
+        seen = turns(server.pid, load)[1:]
     finally:
         done_loading.set()
         counter.join()
+    done = done[0]
     lab.expect(done.returncode == 0 and "Failed requests:        0"
                in done.stdout, "ab failed: " + done.stdout[-300:] +
                done.stderr[-300:])
@@ -111,10 +180,23 @@ def under_load(lab):
     lab.expect(most[0] <= PILED, f"{most[0]} zombies at once during ab "
                f"{' '.join(LOAD)}: reap on every turn of the loop, not only "
                "when accept() was interrupted")
+    # each accept that returned a client, but the last, is a turn of the
+    # loop: a waitpid() before the next accept, whatever the signal did
+    served = [calls for fd, calls, _ in seen[:-1] if fd >= 0]
+    skipped = sum(not calls for calls in served)
+    lab.expect(not skipped, f"{skipped} of {len(served)} turns of the "
+               "accept loop (an accept() that returned a client, then the "
+               "next accept()) called no waitpid() during ab "
+               f"{' '.join(LOAD)} with SIGCHLD blocked: the zombies pile up "
+               "between reaps (each holds a PID); reap on every turn, not "
+               "every Nth or only when accept() fails; watch: strace -e "
+               "trace=wait4,accept4 -p PID")
     alive = wait_for(lambda: len(live_children(server.pid)),
                      lambda n: n == 0, limit=3)
     lab.expect(alive == 0, f"{alive} children still running 3 s after the "
                "last client (ps -o pid,stat,wchan --ppid PID)")
+    return (f"at most {most[0]} zombies at once; a waitpid() on each of "
+            f"{len(served)} turns")
 
 
 @grader.check(15, "a client is served while another client's child is busy")
@@ -141,13 +223,18 @@ def collects_statuses(lab):
                  lambda n: n == 0, limit=3)
         served(lab, server)  # one more turn of the loop after the last exit
 
-    reaped = [pid for pid in strace_returns(server.pid, "wait4",
-                                            serve_serially) if pid > 0]
+    returned = strace_returns(server.pid, "wait4", serve_serially)
+    reaped = [pid for pid in returned if pid > 0]
+    left = len(zombie_children(server.pid))
     lab.expect(len(reaped) >= SERIAL, f"waitpid() returned {len(reaped)} "
-               f"children's PIDs for {SERIAL + 1} children: the rest were "
-               "never collected by waitpid() (SIGCHLD ignored, or "
-               "SA_NOCLDWAIT: their exit statuses are lost); watch: strace "
-               "-e trace=wait4,rt_sigaction -p PID")
+               f"children's PIDs for {SERIAL + 1} children" + (
+                   f", failed {returned.count(-1)} times, and {left} are "
+                   "still zombies: it asks for none of the server's "
+                   "children (-PID means process group PID, not the "
+                   "children of PID)" if left else ": the rest were never "
+                   "collected by waitpid() (SIGCHLD ignored, or "
+                   "SA_NOCLDWAIT: their exit statuses are lost)")
+               + "; watch: strace -e trace=wait4,rt_sigaction -p PID")
 
 
 @grader.check(10, f"a child that exits while waitpid() is under way is "
@@ -186,7 +273,12 @@ def no_lost_wakeup(lab):
               "being served")
 def stops_while_serving(lab):
     server = lab.start()
+    kept = Connection(server.port, timeout=seconds(5))  # served, then idle
+    hit = len(launcher_hit)
     with HeldClients(server.port, 1):  # its child never exits by itself
+        kept.send(REQUEST)  # just before the stop: it idles out in 5 s
+        lab.expect(kept.read_response().status == 200, "GET /notes.txt on "
+                   "a keep-alive connection did not answer 200")
         started = time.monotonic()
         try:
             server.terminate(timeout=seconds(3))
@@ -197,12 +289,104 @@ def stops_while_serving(lab):
                         "(waitpid without WNOHANG)? watch: strace -p PID, "
                         "then kill -TERM PID") from None
     server.check_exit()
-    return f"stopped in {time.monotonic() - started:.1f} s"
+    launcher_spared(lab, hit)
+    took = time.monotonic() - started
+    try:  # every worker is gone by now (check_exit): nobody may answer
+        kept.send_tolerating_reset(REQUEST)
+        still = kept.read_response().status
+    except (OSError, AssertionError):
+        still = None  # closed, reset or silent: nobody serves it
+    finally:
+        kept.close()
+    lab.expect(still is None, f"a keep-alive client was still answered "
+               f"({still}) after the server had exited and its children "
+               "were gone: a process outside the server's tree serves it "
+               "(a double fork's grandchild, adopted by init: no exit "
+               "status for the server, no PR_SET_PDEATHSIG, left behind at "
+               "stop); watch: ps -eo pid,ppid,cmd | grep forking after "
+               "kill -TERM PID while curl keeps a connection")
+    return f"stopped in {took:.1f} s"
 
 
 @grader.check(5, "the signal handler is async-signal-safe (source review)")
 def safe_handler(lab):
-    return review_handlers(lab)
+    try:  # the calls; errno is reviewed below, path by path
+        note = review_handlers(lab)
+    except Unmet as unmet:
+        if "does not save and restore errno" not in str(unmet):
+            raise
+        note = None
+    keeps_errno(lab)
+    return note or "every handler call is async-signal-safe; errno kept"
+
+
+def keeps_errno(lab):
+    """Every signal handler gives errno back as it found it: it calls
+    nothing, or saves errno before its first call and restores it after
+    its last and before every return that follows a call, or calls only
+    functions of the file that do so themselves. Fails quoting the line."""
+    text = lab.source.read_text(errors="replace")
+    code, lines = code_only(text), text.splitlines()
+    handlers = set(re.findall(r"sa_(?:handler|sigaction)\s*=\s*([A-Za-z_]\w*)",
+                              code))
+    handlers |= set(re.findall(r"\bsignal\s*\(\s*\w+\s*,\s*([A-Za-z_]\w*)"
+                               r"\s*\)", code))
+    handlers -= {"SIG_IGN", "SIG_DFL", "NULL"}
+
+    def line_of(first, body, at):
+        number = first + body.count("\n", 0, at)
+        return f"line {number}: {lines[number - 1].strip()[:70]!r}"
+
+    def problem(name, handler, seen):
+        """None if function `name` keeps errno, else what it does wrong."""
+        found = function_body(code, name)
+        if not found or name in seen:
+            return None
+        seen = seen | {name}
+        first, body = found
+        calls = [m for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\(", body)
+                 if m[1] not in C_WORDS and not m[1].isupper()]
+        if not calls:
+            return None
+        save = re.search(r"\b\w+\s*=\s*errno\b", body)
+        restores = [m.start() for m in re.finditer(r"\berrno\s*=[^=]", body)]
+        who = (f"the signal handler {name}()" if name == handler else
+               f"{name}(), which the signal handler {handler}() runs,")
+        if not save or not restores:  # fine if its callees keep errno
+            for call in calls:
+                if not function_body(code, call[1]):
+                    return (f"{who} calls {call[1]}() "
+                            f"({line_of(first, body, call.start())}) but "
+                            "does not save and restore errno")
+                wrong = problem(call[1], handler, seen)
+                if wrong:
+                    return wrong
+            return None
+        if save.start() > calls[0].start():
+            return (f"{who} calls {calls[0][1]}() "
+                    f"({line_of(first, body, calls[0].start())}) before it "
+                    f"saves errno ({line_of(first, body, save.start())}): "
+                    "a call that fails there sets errno for good")
+        if max(restores) < calls[-1].start():
+            return (f"{who} calls {calls[-1][1]}() "
+                    f"({line_of(first, body, calls[-1].start())}) after it "
+                    "restores errno")
+        for ret in re.finditer(r"\breturn\b", body):
+            called = [c.start() for c in calls if c.start() < ret.start()]
+            if called and not any(called[-1] < r < ret.start()
+                                  for r in restores):
+                return (f"{who} returns "
+                        f"({line_of(first, body, ret.start())}) after a "
+                        "call without restoring the errno it saved "
+                        f"({line_of(first, body, save.start())})")
+        return None
+
+    for handler in sorted(handlers):
+        wrong = problem(handler, handler, set())
+        lab.expect(not wrong, f"{wrong}: the handler leaves errno changed "
+                   "for the code it interrupted (an accept() about to test "
+                   "EMFILE, say): save errno first thing, restore it on "
+                   "every way out")
 
 
 @grader.check(10, "still serving pages and the guestbook; a clean stop")
@@ -210,8 +394,26 @@ def clean_stop(lab):
     server = lab.start()
     for path in ("/", "/guestbook", "/style.css"):
         served(lab, server, path)
+    hit = len(launcher_hit)
     server.stop()  # exit 0, summary printed, no process left behind
+    launcher_spared(lab, hit)
+
+
+def lead_own_group():
+    """The grader leads a process group of its own, in which its servers
+    run (a server started by a script, make or a shell without job control
+    shares its launcher's group): a server that signals its whole group
+    (kill(0, ...)) then reaches this grader, which notes it, and not
+    tools/lab or the shell above. Since a terminal's ^C no longer reaches
+    this group, the grader gets SIGINT when its parent dies."""
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGTERM, lambda *_: launcher_hit.append(1))
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)  # PDEATHSIG
+    if os.getppid() != parent:  # it died before prctl
+        raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
+    lead_own_group()
     grader.main()
