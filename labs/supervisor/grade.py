@@ -5,21 +5,24 @@ Each check probes one way a supervisor goes wrong: deaths that pile up
 under one SIGCHLD (it replaces one), a replacement that is not recorded in
 its slot (it is not replaced in turn, nor stopped), a replacement forked
 unlike the first workers (a different signal mask, or one that does not
-serve), and a supervisor that blocks (it never takes SIGTERM). Counts, never
-speeds; every wait is generous."""
+serve), a supervisor that blocks (it never takes SIGTERM), and one that
+loses a death: behind a stopped worker, during a fork, behind a failed
+fork, or when its replacement fails as it starts. Counts, never speeds;
+every wait is generous."""
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import time
 
-from grading import (Grader, HeldClients, Unmet, failing,  # labs/
-                     get, live_children, seconds, stopped, wait_for,
-                     zombie_children)
+from grading import (Grader, HeldClients, Unmet, cpu_seconds,  # labs/
+                     failing, get, live_children, seconds, slowed, stopped,
+                     strace_calls, wait_for, zombie_children)
 
 WORKERS = 4
-CROWD = 32  # a bigger pool, most of it dying at once
+CROWD = 48  # a bigger pool, most of it (more than 32) dying at once
 ROUNDS = 8  # generations of replacements, each killed in turn
 # The server inherits a blocked signal, as from a shell or a supervisor of
 # its own: the first workers get that mask back, and so must replacements
@@ -30,12 +33,51 @@ DEATHS = {"SIGTERM (it exits normally, status 0)": signal.SIGTERM,
           "SIGKILL": signal.SIGKILL}
 WATCH = ("watch: ZEROHTTPD_WORKERS=4 ./preforked 8000 & kill -9 "
          "$(pgrep -P $! | head -3); ps -o pid,stat --ppid $!")
+STARTS_FAIL = 3  # replacements in a row that fail as they start
+# A shim (LD_PRELOAD) that makes a worker's prctl(PR_SET_PDEATHSIG) fail
+# once for each file FAIL_STARTS/1, /2, ... that it removes (unlink() is
+# atomic: each file fails exactly one start), so that a worker exits with
+# status 1 right after its fork, as a bad setting or a full system makes it.
+FAIL_STARTS = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+int prctl(int option, ...)
+{
+    static int (*real)(int, ...);
+    unsigned long arg[4];
+    va_list ap;
+    va_start(ap, option);
+    for (int k = 0; k < 4; k++)
+        arg[k] = va_arg(ap, unsigned long);
+    va_end(ap);
+    const char *marks = getenv("FAIL_STARTS");
+    if (option == PR_SET_PDEATHSIG && marks) {
+        char path[4096];
+        for (int k = 1; k <= 64; k++) {
+            snprintf(path, sizeof path, "%s/%d", marks, k);
+            if (unlink(path) == 0) {
+                errno = EPERM;
+                return -1;
+            }
+        }
+    }
+    if (!real)
+        real = (int (*)(int, ...))dlsym(RTLD_NEXT, "prctl");
+    return real(option, arg[0], arg[1], arg[2], arg[3]);
+}
+"""
 grader = Grader("supervisor")
 
 
-def pool(lab, workers=WORKERS):
+def pool(lab, workers=WORKERS, env=None):
     """A server with `workers` workers, all started."""
-    server = lab.start(env={"ZEROHTTPD_WORKERS": str(workers)},
+    server = lab.start(env={"ZEROHTTPD_WORKERS": str(workers), **(env or {})},
                        blocked=INHERITED)
     started = wait_for(lambda: live_children(server.pid),
                        lambda w: len(w) == workers, limit=3)
@@ -58,6 +100,18 @@ def refilled(lab, server, victims, what, workers=WORKERS):
     lab.expect(not zombies, f"{len(zombies)} zombie workers after {what}; "
                f"{WATCH}")
     return alive
+
+
+@contextlib.contextmanager
+def halted(pid):
+    """grading.stopped(pid), once the stop has taken: SIGSTOP is only
+    pending until the process next runs, and a supervisor woken from
+    sigwait() for it may take a SIGCHLD first, so deaths that come before
+    the stop is seen (State T, or t under strace) would not all pile up."""
+    with stopped(pid):
+        wait_for(lambda: status_field_text(pid, "State")[:1],
+                 lambda state: state in ("T", "t"), limit=2)
+        yield
 
 
 def kill(pids, sig=signal.SIGKILL):
@@ -97,19 +151,19 @@ def serves_beside_held(lab, server):
                "ZEROHTTPD_WORKERS=1 after kill -9 of the worker")
 
 
-@grader.check(10, "a worker killed with SIGKILL is replaced within 2 s")
+@grader.check(5, "a worker killed with SIGKILL is replaced within 2 s")
 def replaced(lab):
     server, workers = pool(lab)
     kill(workers[:1])
     refilled(lab, server, workers[:1], "SIGKILL to one worker")
 
 
-@grader.check(15, f"{WORKERS - 1} workers die at once (one SIGCHLD): all "
+@grader.check(10, f"{WORKERS - 1} workers die at once (one SIGCHLD): all "
               "replaced")
 def bursts(lab):
     server, workers = pool(lab)
     victims = workers[:WORKERS - 1]
-    with stopped(server.pid):  # the deaths pile up; signals do not queue
+    with halted(server.pid):  # the deaths pile up; signals do not queue
         kill(victims)
         wait_for(lambda: len(zombie_children(server.pid)),
                  lambda n: n >= len(victims), limit=5)
@@ -136,12 +190,17 @@ def generations(lab):
               "mask) and serve")
 def like_first(lab):
     server, workers = pool(lab)
-    mask = status_field_text(workers[-1], "SigBlk")
+    own = status_field_text(server.pid, "SigBlk")  # the supervisor's
+    mask = wait_for(lambda: status_field_text(workers[-1], "SigBlk"),
+                    lambda m: m != own, limit=2)  # once set in the child
     kill(workers[:-1])
     fresh = refilled(lab, server, workers[:-1], f"SIGKILL to {WORKERS - 1} "
                      "workers")
     for pid in set(fresh) - set(workers):
-        got = status_field_text(pid, "SigBlk")
+        # A child just forked has the supervisor's mask until its own
+        # sigprocmask(), a moment later: wait for it.
+        got = wait_for(lambda: status_field_text(pid, "SigBlk"),
+                       lambda m: m == mask, limit=2)
         lab.expect(got == mask, f"a replacement blocks signals {got}, the "
                    f"first workers {mask} (the server was started with "
                    "SIGUSR2 blocked, as a shell may start it): fork it as "
@@ -188,7 +247,7 @@ def alive(pid):
 def many_die(lab):
     server, workers = pool(lab, CROWD)
     victims = workers[:CROWD * 3 // 4]
-    with stopped(server.pid):  # the deaths pile up; signals do not queue
+    with halted(server.pid):  # the deaths pile up; signals do not queue
         for k, victim in enumerate(victims):
             kill([victim], list(DEATHS.values())[k % len(DEATHS)])
         wait_for(lambda: len(zombie_children(server.pid)),
@@ -199,7 +258,8 @@ def many_die(lab):
 
 
 @grader.check(5, "a worker stopped and continued (SIGSTOP, SIGCONT) is not "
-              "dead: not replaced, and the stop still works")
+              "dead: not replaced, nor does it hide a dead one; the stop "
+              "still works")
 def stopped_worker(lab):
     server, workers = pool(lab)
     os.kill(workers[0], signal.SIGSTOP)
@@ -211,15 +271,49 @@ def stopped_worker(lab):
                f"one was stopped and continued, {len(set(now) - set(workers))}"
                " of them new: a stopped worker was taken for dead (waitpid "
                "with WUNTRACED reports stops too)")
+    # The oldest three stopped and the youngest killed while the supervisor
+    # cannot run: one SIGCHLD, the stops (reported first to a waitpid with
+    # WUNTRACED: it goes through the children oldest first) and the death.
+    held, victim = sorted(workers)[:-1], sorted(workers)[-1]
+    try:
+        with halted(server.pid):
+            kill(held, signal.SIGSTOP)
+            wait_for(lambda: [p for p in held if stopped_state(p)],
+                     lambda s: len(s) == len(held), limit=5)
+            kill([victim])
+            wait_for(lambda: zombie_children(server.pid), lambda z: z,
+                     limit=5)
+        now = refilled(lab, server, [victim], f"{len(held)} workers were "
+                       "stopped (SIGSTOP) and another killed while the "
+                       "supervisor could not run (one SIGCHLD for both): a "
+                       "stopped worker reported by waitpid (WUNTRACED) must "
+                       "not end the loop; watch: kill -STOP the supervisor, "
+                       "kill -STOP the oldest worker, kill -9 the youngest, "
+                       "kill -CONT the supervisor")
+        lab.expect(set(held) <= set(now), f"{len(set(held) - set(now))} of "
+                   f"the {len(held)} stopped workers replaced: a stopped "
+                   "worker is not dead")
+    finally:
+        kill([p for p in held if alive(p)], signal.SIGCONT)
     stops(lab, server)
 
 
-@grader.check(5, "a fork that fails does not bring the supervisor down")
+def stopped_state(pid):
+    """pid is stopped (SIGSTOP): State T in /proc/PID/status."""
+    return status_field_text(pid, "State")[:1] == "T"
+
+
+@grader.check(5, "a fork that fails does not bring the supervisor down, "
+              "leaves no zombie, and no dead PID in the pool")
 def fork_fails(lab):
     server, workers = pool(lab)
+    victims = workers[:2]
 
     def deaths_while_fork_fails():
-        kill(workers[:2])
+        with halted(server.pid):  # both deaths behind one SIGCHLD
+            kill(victims)
+            wait_for(lambda: len(zombie_children(server.pid)),
+                     lambda n: n >= len(victims), limit=5)
         time.sleep(seconds(1))
 
     failing(server.pid, "clone", "EAGAIN", deaths_while_fork_fails)
@@ -229,9 +323,118 @@ def fork_fails(lab):
                "replacement: a failed fork leaves a slot empty (or tried "
                "again later), never ends the server; watch: strace -e "
                "inject=clone:error=EAGAIN -p PID, then kill -9 a worker")
+    zombies = zombie_children(server.pid)
+    lab.expect(not zombies, f"{len(zombies)} zombie workers of "
+               f"{len(victims)} that died behind one SIGCHLD while fork() "
+               "failed, 1.5 s after fork() works again: a failed fork must "
+               "not end the waitpid() loop (the others stay unreaped, and "
+               "their slots are never refilled); watch: strace -f -e "
+               "inject=clone:error=EAGAIN -p PID, kill -STOP PID, kill -9 two "
+               "workers, kill -CONT PID, then ps -o pid,stat --ppid PID")
     status = get(server.port, "/", timeout=3)[0]
     lab.expect(status == 200, f"GET / answered {status} after a failed fork")
+    # At the stop the supervisor signals workers[]: a slot whose fork failed
+    # must not still hold the dead worker's PID, which by then may be any
+    # other process's.
+    calls = strace_calls(server.pid, "kill", lambda: stops(lab, server))
+    stale = [c.split(")")[0] for c in calls if first_number(c) in victims]
+    lab.expect(not stale, f"at the stop the supervisor called kill("
+               f"{'), kill('.join(stale)}) on worker(s) it had already "
+               "reaped (their forks had failed): a PID kept in workers[] "
+               "after its worker is reaped is recycled for another process, "
+               "which the stop then kills; empty the slot (0) when the fork "
+               "fails; watch: strace -e trace=kill -p PID, then kill -TERM "
+               "PID, after the fork failure above")
+
+
+def first_number(args):
+    """The first argument of a call as strace prints it, if a number."""
+    try:
+        return int(args.split(",")[0])
+    except ValueError:
+        return None
+
+
+@grader.check(5, "every worker dies while fork fails: the supervisor stays "
+              "up, idle, and stops")
+def fork_fails_all(lab):
+    server, workers = pool(lab)
+
+    def all_die_while_fork_fails():
+        kill(workers)
+        time.sleep(seconds(1))
+
+    failing(server.pid, "clone", "EAGAIN", all_die_while_fork_fails)
+    time.sleep(seconds(0.5))
+    code = server.proc.poll()
+    lab.expect(code is None, f"the supervisor exited ({code}) when all "
+               f"{WORKERS} workers had died while fork() failed: with no "
+               "child left, waitpid() fails with ECHILD, which ends the loop "
+               "(nothing left to reap), not the server; watch: strace -f -e "
+               "inject=clone:error=EAGAIN -p PID, then kill -9 every worker")
+    zombies = zombie_children(server.pid)
+    lab.expect(not zombies, f"{len(zombies)} zombie workers of {WORKERS} "
+               "that died while fork() failed")
+    before, start = cpu_seconds(server.pid), time.monotonic()
+    time.sleep(seconds(1))
+    used = (cpu_seconds(server.pid) - before) / (time.monotonic() - start)
+    if used > 0.1:
+        server.cleanup()  # it would not take SIGTERM: SIGKILL it now
+        raise Unmet(f"the supervisor, with no worker left (all {WORKERS} "
+                    f"died while fork() failed), used {used:.0%} of a CPU: "
+                    "a waitpid() loop that calls again on -1 (ECHILD: no "
+                    "child at all) spins for ever and never takes SIGTERM; "
+                    "watch: top -p PID after strace -f -e inject=clone:error="
+                    "EAGAIN -p PID and kill -9 of every worker")
     stops(lab, server)
+
+
+@grader.check(5, "a worker that dies while a replacement is being forked is "
+              "replaced too")
+def death_during_fork(lab):
+    server, workers = pool(lab)
+    first, second = workers[:2]
+
+    def death_during_fork():
+        kill([first])  # its replacement's fork() now takes 2 s to return
+        wait_for(lambda: os.path.exists(f"/proc/{first}"),
+                 lambda there: not there, limit=3)  # reaped: forking
+        kill([second])
+        time.sleep(seconds(0.3))
+
+    slowed(server.pid, "clone", seconds(2), death_during_fork)
+    refilled(lab, server, [first, second], "a worker was killed while the "
+             "supervisor forked the replacement of another (its fork() "
+             "slowed to 2 s by strace): a SIGCHLD that comes while it is "
+             "unblocked with its default action (ignore), e.g. around the "
+             "fork, is lost, and that death with it; watch: strace -e "
+             "inject=clone:delay_exit=2000000 -p PID, kill -9 one worker, "
+             "then another")
+
+
+@grader.check(5, f"replacements that fail as they start (exit 1, "
+              f"{STARTS_FAIL} in a row) are replaced in turn")
+def fails_at_start(lab):
+    shim, source = lab.workdir / "fail_starts.so", lab.workdir / "fail_starts.c"
+    source.write_text(FAIL_STARTS)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
+                    str(source), "-ldl"], check=True, capture_output=True)
+    marks = lab.workdir / "fail-starts"
+    marks.mkdir()
+    server, workers = pool(lab, env={"LD_PRELOAD": str(shim),
+                                     "FAIL_STARTS": str(marks)})
+    for k in range(1, STARTS_FAIL + 1):
+        (marks / str(k)).touch()  # the next STARTS_FAIL starts fail
+    kill(workers[:1])
+    left = wait_for(lambda: list(marks.iterdir()), lambda m: not m, limit=2)
+    refilled(lab, server, workers[:1], f"SIGKILL to one worker, whose "
+             f"replacement then failed as it started "
+             f"({STARTS_FAIL - len(left)} of the {STARTS_FAIL} failing starts "
+             "happened: each exits with status 1 a moment after its fork, "
+             "prctl() having failed): whatever the death, an exit with an "
+             "error or a death at once, the slot is refilled; watch: strace -f "
+             "-e inject=prctl:error=EPERM -p PID for a second while you kill "
+             "-9 a worker, then ps -o pid,stat --ppid PID")
 
 
 @grader.check(5, "SIGINT (Ctrl-C) stops it as SIGTERM does")
@@ -249,7 +452,7 @@ def sigint_stops(lab):
                "SIGINT as on SIGTERM (both are in the set it waits for)")
 
 
-@grader.check(10, "every worker killed: the pool comes back, answers and "
+@grader.check(5, "every worker killed: the pool comes back, answers and "
               "stops cleanly")
 def serves_after(lab):
     server, workers = pool(lab)
