@@ -58,13 +58,16 @@ deps:
 # The tests that measure nothing against time run TEST_JOBS at a time (they
 # mostly wait on sockets and timeouts); those marked serial run alone after.
 TEST_JOBS ?= 4
+# Gradings at once in tools/lab check (any lab's; they mostly wait on
+# timeouts and clients): a verdict that differs is graded again alone.
+LAB_JOBS ?= 6
 PYTEST = "$$(tools/python pytest httplint xdist)" -m pytest tests/
 test: deps
 	$(MAKE) all asan check-sync format-check
 	fuzz/run --check
 	$(PYTEST) -rs -n $(TEST_JOBS) --dist loadgroup -m "not serial" $(PYTEST_ARGS)
 	$(PYTEST) -rs -m serial $(PYTEST_ARGS)
-	tools/lab check -j 3
+	tools/lab check -j $(LAB_JOBS)
 
 # The edit loop: build, check-sync, and one server's own tests (SERVER=epoll
 # and its ASan build), none of the labs, handouts, traces or sweeps.
