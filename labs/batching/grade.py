@@ -8,15 +8,20 @@ measured per turn, not only per request, so submitting every 8th entry or
 once more per turn shows. The ring must be the reference's (no SQPOLL
 kernel thread submitting for the server)."""
 
+import os
 import re
+import select
+import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
-from grading import (Grader, code_only, connections,  # labs/grading.py
-                     death, descriptors, function_body, get, keepalive_load,
-                     kept_clients, raise_open_file_limit, seconds, stopped,
-                     strace_calls, strace_count, wait_for)
+from grading import (Grader, Unmet, _strace, ab_ok, ab_said,  # labs/grading.py
+                     code_only, connections, death, descriptors,
+                     function_body, get, keepalive_load, kept_clients,
+                     raise_open_file_limit, seconds, stopped, strace_calls,
+                     strace_count, wait_for)
 
 REQUESTS = 4000  # keep-alive requests for /, 50 at a time
 PER_REQUEST = 0.5  # io_uring_enter calls per request; batched is near 0.1
@@ -25,13 +30,27 @@ SHARE = 0.1  # enters that only submit, of all enters; batched: none
 # at once, so that a turn queues hundreds of entries, and connections the
 # server closes
 # (a negative concurrency: no keep-alive, so the server closes each
-# connection with its receive still armed: a cancel each)
+# connection with its receive still armed: a cancel each), and one client
+# alone (a turn of its few entries: its Redis round trips)
 LOADS = [("/", REQUESTS, 50), ("/guestbook", 2000, 50), ("/", 10000, 1000),
-         ("/", 2000, -50)]
+         ("/", 2000, -50), ("/guestbook", 300, 1)]
+POSTS = (4, 50)  # rounds of 50 POSTs at once with Expect: 100-continue
 RING = 4096  # the reference's submission queue: RING_ENTRIES
-CROWD = 5000  # idle clients timed out in one loop turn: more entries than RING
+SETUP_FLAGS = 0x3008  # the reference's: CQSIZE | SINGLE_ISSUER | DEFER_TASKRUN
+CROWD = 5000  # idle clients timed out in one loop turn: more than RING
+STOP_CROWD = 9000  # clients connected at the stop: over twice RING
+WAITERS = 5000  # clients answered 503 in one turn when Redis does not answer
 IDLE = 5  # seconds: the servers' idle timeout
+REDIS_TIMEOUT = 1  # seconds: a Redis reply overdue, the waiters get 503
+LONE = 20  # requests of a lone client, one after another, per page
+LONE_LIMIT = 5  # seconds for all of them (the reference: about 0.05 s)
 ASK = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+ASK_GUESTBOOK = b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n"
+POST_BODY = b"guest-name=batch&guest-remarks=one+enter+per+turn"
+POST_HEAD = (b"POST /guestbook HTTP/1.1\r\nHost: x\r\n"
+             b"Content-Type: application/x-www-form-urlencoded\r\n"
+             b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+             % len(POST_BODY))
 WATCH = ("watch it: strace -f -e trace=io_uring_enter -p $(pgrep -x "
          "io_uring) under ab -k -n 4000 -c 50 (the 3rd argument, "
          "min_complete, is 0 on an enter that only submits)")
@@ -39,9 +58,14 @@ grader = Grader("batching")
 
 
 def ring_server(lab):
-    """The server, refused if io_uring is not available or if its ring has
-    an SQPOLL thread (a kernel thread that submits instead of the loop)."""
-    server = lab.start()
+    """The server, refused if io_uring is not available, if its ring has
+    an SQPOLL thread (a kernel thread that submits instead of the loop), or
+    if it was set up with flags other than the reference's (strace follows
+    the grader's fork of the server to see io_uring_setup)."""
+    started = []
+    setup = _strace(os.getpid(), ["io_uring_setup"],
+                    lambda: started.append(lab.start()), "-f", "-X", "raw")
+    server = started[0]
     reason = lab.binary.unavailable()
     lab.expect(reason is None, f"io_uring is not available here: {reason}")
     rings = [fd for fd, what in descriptors(server.pid).items()
@@ -59,10 +83,77 @@ def ring_server(lab):
                    f"{server.pid}/fdinfo/{fd}): a kernel thread submitting "
                    "on a core of its own does not batch; keep the "
                    "reference's ring flags")
+    flags = [int(f, 0) for f in re.findall(
+        r"io_uring_setup\(\d+, \{flags=(0x[0-9a-f]+|\d+)", setup)]
+    lab.expect(flags, "strace saw no io_uring_setup() as the server started")
+    extra = [f"{f:#x}" for f in flags if f & ~SETUP_FLAGS]
+    lab.expect(not extra, f"the ring was set up with flags {', '.join(extra)}"
+               f" (the reference: {SETUP_FLAGS:#x}, IORING_SETUP_CQSIZE | "
+               "SINGLE_ISSUER | DEFER_TASKRUN, or CQSIZE alone where those "
+               "are refused): the setup flags stay as they are; change the "
+               "code, not the ring; watch it: strace -X raw -e "
+               "trace=io_uring_setup ./io_uring 8000")
     return server
 
 
-@grader.check(30, f"at most {PER_REQUEST} io_uring_enter calls per request "
+def responses(socks, limit):
+    """One response read on each socket, all at once, within limit s in
+    all (stretched by TIMEOUT): for each, the response (head and body), or
+    None if the server closed the connection (or reset it) before a byte
+    came, or what came (b"" for nothing) if the time ran out. A 1xx interim
+    answer counts as a response."""
+    got = {s.fileno(): b"" for s in socks}
+    done = {}
+    poller = select.poll()
+    for s in socks:
+        poller.register(s, select.POLLIN)
+    deadline = time.monotonic() + seconds(limit)
+    while len(done) < len(socks) and time.monotonic() < deadline:
+        for fd, _ in poller.poll(100):
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # reset
+                chunk = b""
+            if not chunk or complete(got[fd] + chunk):
+                done[fd] = got[fd] + chunk if chunk or got[fd] else None
+                poller.unregister(fd)
+            else:
+                got[fd] += chunk
+    return [done.get(s.fileno(), got[s.fileno()]) for s in socks]
+
+
+def complete(data):
+    """Whether data holds a whole response (its head and Content-Length
+    bytes of body)."""
+    head, sep, body = data.partition(b"\r\n\r\n")
+    return bool(sep) and len(body) >= content_length(data)
+
+
+def enters_full(calls):
+    """What is wrong with the enters that hand over a full ring: the
+    complaint, or None. An enter that only submits (min_complete 0) must
+    hand over a full ring, and one that hands over a full ring must only
+    submit: a wait in the middle of a turn has no timeout, and a ring of
+    receives may never complete."""
+    args = [call.split(", ") for call in calls if call.count(", ") > 2]
+    early = [a[1] for a in args if a[2] == "0" and a[1] != str(RING)]
+    if early:
+        return (f"{len(early)} io_uring_enter calls during that turn only "
+                f"submitted, with {', '.join(early[:3])} entries: an enter "
+                f"that only submits must hand over a full ring ({RING}), "
+                "else it is one more enter than the turn needs")
+    waited = [a[2] for a in args if a[1] == str(RING) and a[2] != "0"]
+    if waited:
+        return (f"{len(waited)} io_uring_enter calls handed over a full ring "
+                f"({RING} entries) and waited (min_complete {waited[0]}): "
+                "a full ring in the middle of a turn must be submitted "
+                "without waiting (min_complete 0), since nothing bounds that "
+                "wait (no timeout, no timer fires) and a ring of receives "
+                "may never complete")
+    return None
+
+
+@grader.check(25, f"at most {PER_REQUEST} io_uring_enter calls per request "
               "under keep-alive load (ab -k -c 50)")
 def batched(lab):
     server = ring_server(lab)
@@ -74,36 +165,102 @@ def batched(lab):
     return f"{per:.2f} per request"
 
 
-@grader.check(30, "one io_uring_enter per loop turn, the one that submits "
+@grader.check(25, "one io_uring_enter per loop turn, the one that submits "
               f"and waits: at most {SHARE:.0%} of enters only submit, for "
-              "pages, the guestbook, and 1,000 clients at once")
+              "pages, the guestbook, 1,000 clients at once, one client "
+              "alone, and POSTs that expect 100 Continue")
 def one_enter_per_turn(lab):
     raise_open_file_limit()  # ab's 1,000 connections, and the server's
     server = ring_server(lab)
     seen = []
-    for path, requests, concurrency in LOADS:
+    for path, requests, concurrency in LOADS + [("POST", 0, 0)]:
         keep = concurrency > 0  # else no keep-alive: the server closes
-        calls = strace_calls(server.pid, "io_uring_enter", lambda: (
-            keepalive_load(lab, server.port, requests, concurrency,
-                           path=path) if keep else
-            connections(lab, server.port, requests, -concurrency, (path,))))
+        if path == "POST":
+            what = (f"{POSTS[0]} rounds of {POSTS[1]} POST /guestbook at "
+                    "once, each sending its head with Expect: 100-continue, "
+                    "then its body once 100 Continue came")
+            load = lambda: posts(lab, server.port)
+            watch = (WATCH.split(" under ")[0] + " while curl -H 'Expect: "
+                     "100-continue' -d guest-name=a -d guest-remarks=b "
+                     "http://127.0.0.1:8000/guestbook runs (the 3rd "
+                     "argument, min_complete, is 0 on an enter that only "
+                     "submits)")
+        else:
+            what = (f"ab {'-k ' if keep else ''}-n {requests} -c "
+                    f"{abs(concurrency)} {path}")
+            load = lambda: ab_load(lab, server.port, path, requests,
+                                   concurrency)
+            watch = WATCH.replace("-k -n 4000 -c 50", f"{'-k ' * keep}-n "
+                                  f"{requests} -c {abs(concurrency)} "
+                                  f"...{path}")
+        try:
+            calls = strace_calls(server.pid, "io_uring_enter", load)
+        except Exception:
+            dead = death(lab)
+            if dead:
+                raise Unmet(f"{what}: {dead}")
+            raise
         args = [call.split(", ") for call in calls if call.count(", ") > 2]
         extra = sum(1 for a in args if a[2] == "0")  # min_complete 0
         handed = sum(int(a[1]) for a in args if a[1].isdigit())
         lab.expect(extra <= SHARE * len(args),
-                   f"ab {'-k ' if keep else ''}-n {requests} -c "
-                   f"{abs(concurrency)} {path}: {extra} of "
+                   f"{what}: {extra} of "
                    f"{len(args)} io_uring_enter calls only submitted "
                    f"(min_complete 0), {handed / max(len(args), 1):.1f} "
                    f"entries each on average: an enter more per turn; "
-                   + WATCH.replace("-k -n 4000 -c 50", f"{'-k ' * keep}-n "
-                                   f"{requests} -c {abs(concurrency)} "
-                                   f"...{path}"))
+                   + watch)
         seen.append(f"{extra} of {len(args)}")
     return f"enters that only submitted: {', '.join(seen)}"
 
 
-@grader.check(20, f"{CROWD} idle clients timed out in one loop turn (more "
+def ab_load(lab, port, path, requests, concurrency):
+    """ab for path: keep-alive if concurrency > 0, else new connections
+    (the server closes each); every request must succeed, within 60 s in
+    all (a few seconds for the reference)."""
+    keep = concurrency > 0
+    argv = ["ab", "-q", *(["-k"] if keep else []), "-n", str(requests),
+            "-c", str(abs(concurrency)), "-s", str(int(seconds(30))),
+            f"http://127.0.0.1:{port}{path}"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True,
+                              timeout=seconds(60))
+    except subprocess.TimeoutExpired:
+        raise Unmet(f"{' '.join(argv[1:-1])} {path} did not finish within "
+                    f"{seconds(60):.0f} s (the reference takes a few): a "
+                    "turn waits for more than one completion, or for its "
+                    "timeout") from None
+    lab.expect(ab_ok(done), f"{' '.join(argv[1:-1])} {path} failed: "
+               + ab_said(done))
+
+
+def posts(lab, port):
+    """POSTS rounds of POSTs to the guestbook, each round's clients at
+    once: each sends its head with Expect: 100-continue, waits for the
+    100 Continue (at most 5 s), sends its body, and must be answered."""
+    for _ in range(POSTS[0]):
+        socks = [socket.create_connection(("127.0.0.1", port),
+                                          timeout=seconds(5))
+                 for _ in range(POSTS[1])]
+        try:
+            for s in socks:
+                s.sendall(POST_HEAD)
+            interim = responses(socks, 5)
+            for s in socks:
+                s.sendall(POST_BODY)
+            final = responses(socks, 10)
+        finally:
+            for s in socks:
+                s.close()
+        odd = [i for i in interim if not (i and i.startswith(b"HTTP/1.1 100"))]
+        lab.expect(not odd, f"a POST with Expect: 100-continue got "
+                   f"{(odd[:1] or [b''])[0] or b'nothing'!r:.40} before its "
+                   "body, not 100 Continue")
+        odd = [f for f in final if not (f and f[9:10] in b"23")]
+        lab.expect(not odd, "a POST to /guestbook was answered "
+                   f"{(odd[:1] or [b''])[0] or b'nothing'!r:.40}")
+
+
+@grader.check(15, f"{CROWD} idle clients timed out in one loop turn (more "
               f"entries than the ring's {RING}): each closed, the server "
               "lives")
 def full_ring(lab):
@@ -111,49 +268,56 @@ def full_ring(lab):
     server = ring_server(lab)
     before = len(descriptors(server.pid))
     clients = kept_clients(server.port, CROWD)
-    first = sum(answer(c).startswith(b"HTTP/1.1 200") for c in clients)
+    first = sum(bool(r) and r.startswith(b"HTTP/1.1 200")
+                for r in responses(clients, 30))
+    answered = time.monotonic()  # every idle timer of the crowd runs
     lab.expect(first == CROWD, f"{first} of {CROWD} keep-alive clients "
-               "answered their first request")
+               "answered their first request within 30 s"
+               + (f"; {death(lab)}" if death(lab) else ""))
     time.sleep(IDLE / 2)  # a client whose idle timer falls due later
     busy = kept_clients(server.port, 1)[0]  # asks again during the stop
-    lab.expect(answer(busy).startswith(b"HTTP/1.1 200"), "no answer")
+    got = answer(busy)
+    lab.expect(got and got.startswith(b"HTTP/1.1 200"),
+               f"a new client got {(got or b'nothing')[:20]!r}")
     closed = []
 
     def burst():
         with stopped(server.pid):  # every idle timer of the crowd falls due
-            time.sleep(IDLE / 2 + 1)
+            time.sleep(max(0, answered + IDLE + 0.5 - time.monotonic()))
             busy.sendall(ASK)  # its operations: the turn's first entries
-        closed.append(sum(answer(c, IDLE * 2) is None for c in clients))
+        closed.append(sum(r is None for r in responses(clients, IDLE * 2)))
 
     calls = strace_calls(server.pid, "io_uring_enter", burst)
     closed = closed[0]
-    early = [a[1] for a in (call.split(", ") for call in calls)
-             if len(a) > 2 and a[2] == "0" and a[1] != str(RING)]
-    lab.expect(not early, f"{len(early)} io_uring_enter calls during that "
-               f"turn only submitted, with {', '.join(early[:3])} entries: "
-               f"an enter that only submits must hand over a full ring "
-               f"({RING}), else it is one more enter than the turn needs")
+    wrong = enters_full(calls)
+    lab.expect(not wrong, wrong)
     dead = death(lab)
     for c in clients:
         c.close()
-    got = [answer(busy) or b"nothing"]
+    got = [told(busy)]
     if got[0].startswith(b"HTTP/1.1 200"):  # and the connection still works
         busy.sendall(ASK)
-        got.append(answer(busy) or b"nothing")
+        got.append(told(busy))
     busy.close()
+    lab.expect(not dead, f"{dead}: in the turn that closed {CROWD} idle "
+               f"clients, more than the ring's {RING} entries "
+               "(io_uring_get_sqe() returns NULL each time it is full: "
+               "submit what is queued, then take a slot again, and tag the "
+               f"slot it returns); watch it: {CROWD} kept clients, SIGSTOP "
+               f"the server for {IDLE + 1} s, SIGCONT")
     lab.expect(all(g.startswith(b"HTTP/1.1 200") for g in got),
                "a client that asked during that turn got "
                f"{b' then '.join(g[:20] for g in got)!r}: a completion "
                "went to the wrong owner (a slot taken again after a submit "
                "keeps the user_data of the entry it held before: tag it)")
-    lab.expect(not dead and closed == CROWD, f"{closed} of {CROWD} idle "
+    lab.expect(closed == CROWD, f"{closed} of {CROWD} idle "
                f"clients closed by the server after their {IDLE} s, all due "
-               "in one loop turn" + (f"; {dead}" if dead else "") + ": that "
+               "in one loop turn: that "
                f"turn queued more than the ring's {RING} entries "
-               "(io_uring_get_sqe() returns NULL when it is full: submit "
-               "what is queued, then take a slot again, and tag the slot it "
-               f"returns); watch it: {CROWD} kept clients, SIGSTOP the server "
-               f"for {IDLE + 1} s, SIGCONT")
+               "(io_uring_get_sqe() returns NULL each time it is full: "
+               "submit what is queued, then take a slot again, and tag the "
+               f"slot it returns); watch it: {CROWD} kept clients, SIGSTOP "
+               f"the server for {IDLE + 1} s, SIGCONT")
     status, _ = get(server.port, "/")
     lab.expect(status == 200, f"GET / answered {status} after the burst")
     left = wait_for(lambda: len(descriptors(server.pid)) - before,
@@ -162,6 +326,93 @@ def full_ring(lab):
                "clients came, 5 s after each was closed: an operation of "
                "that turn was lost or went to the wrong owner (a slot taken "
                "before a submit, or retaken without its user_data)")
+
+
+@grader.check(10, f"{WAITERS} clients waiting on a Redis that does not "
+              "answer, all answered 503 in one loop turn (more sends than "
+              f"the ring's {RING} entries): each answered, nothing lost")
+def full_ring_answers(lab):
+    raise_open_file_limit()
+    server = ring_server(lab)
+    status, _ = get(server.port, "/guestbook")  # the Redis link is up
+    lab.expect(status == 200, f"GET /guestbook answered {status}")
+    before = len(descriptors(server.pid))
+    clients = kept_clients(server.port, WAITERS)
+    first = sum(bool(r) and r.startswith(b"HTTP/1.1 200")
+                for r in responses(clients, 30))
+    lab.expect(first == WAITERS, f"{first} of {WAITERS} keep-alive clients "
+               "answered their first request within 30 s"
+               + (f"; {death(lab)}" if death(lab) else ""))
+    lab.stall_redis()  # SIGSTOP: connected, never answers
+    got = []
+
+    def burst():
+        with stopped(server.pid):  # so that all ask within one Redis wait
+            for c in clients:
+                c.sendall(ASK_GUESTBOOK)
+        got.extend(responses(clients, REDIS_TIMEOUT + 10))
+
+    calls = strace_calls(server.pid, "io_uring_enter", burst)
+    dead = death(lab)
+    for c in clients:
+        c.close()
+    told = sum(bool(r) and r.startswith(b"HTTP/1.1 503") for r in got)
+    other = next((r for r in got if not (r and r.startswith(
+        b"HTTP/1.1 503"))), b"")
+    lab.expect(not dead and told == WAITERS, f"{told} of {WAITERS} clients "
+               f"waiting on a stopped Redis answered 503 within "
+               f"{REDIS_TIMEOUT + 10} s (one got "
+               f"{(other or b'nothing')[:20]!r})"
+               + (f"; {dead}" if dead else "") + ": when the Redis reply is "
+               f"overdue ({REDIS_TIMEOUT} s) every waiter is answered in one "
+               f"turn, more sends than the ring's {RING} entries (a full "
+               "ring can come from any code that queues: let new_sqe() "
+               "submit what is queued and take a slot again); watch it: "
+               f"{WAITERS} kept clients, SIGSTOP redis-server, each asks for "
+               "/guestbook")
+    wrong = enters_full(calls)
+    lab.expect(not wrong, wrong)
+    left = wait_for(lambda: len(descriptors(server.pid)) - before,
+                    lambda n: n <= 0, limit=2 * IDLE + 2)  # timers included
+    lab.expect(left <= 0, f"{left} descriptors more than before the "
+               f"{WAITERS} clients came, {2 * IDLE + 2} s after each, "
+               "answered, left (every idle timer has fired since): the "
+               "completion of a send of that turn went to the wrong owner, "
+               "so its connection never read again (a slot taken again "
+               "after a submit must be tagged like any other: owner | op)")
+    os.kill(lab.redis.proc.pid, signal.SIGCONT)
+    lab.stalled = False
+    status, _ = get(server.port, "/")
+    lab.expect(status == 200, f"GET / answered {status} after the burst")
+
+
+@grader.check(5, f"a lone client answered at once: {LONE} requests one "
+              f"after another for / and for /guestbook, within {LONE_LIMIT} "
+              "s in all")
+def lone_client(lab):
+    server = ring_server(lab)
+    took = []
+    for ask in (ASK.replace(b"/notes.txt", b"/"), ASK_GUESTBOOK):
+        sock = socket.create_connection(("127.0.0.1", server.port),
+                                        timeout=seconds(5))
+        start = time.monotonic()
+        for n in range(LONE):
+            sock.sendall(ask)
+            got = responses([sock], LONE_LIMIT)[0]
+            spent = time.monotonic() - start
+            lab.expect(got and got.startswith(b"HTTP/1.1 200") and
+                       spent <= seconds(LONE_LIMIT),
+                       f"{ask.split()[1].decode()}: request {n + 1} of "
+                       f"{LONE} from one keep-alive client, one at a time: "
+                       f"{(got or b'nothing')[:20]!r} after {spent:.1f} s in "
+                       f"all (at most {LONE_LIMIT} s; the reference takes "
+                       "about 0.05 s): the loop's enter must wait for one "
+                       "completion (min_complete 1), not for more that a lone "
+                       "client never makes; watch it: time curl -s "
+                       "http://127.0.0.1:8000/ >/dev/null")
+        took.append(f"{spent:.2f} s")
+        sock.close()
+    return f"{' and '.join(took)}"
 
 
 def answer(sock, limit=10):
@@ -183,6 +434,12 @@ def answer(sock, limit=10):
     except OSError:  # reset
         return None if not data else data
     return data
+
+
+def told(sock):
+    """answer(sock), a close or nothing said so."""
+    got = answer(sock)
+    return b"a close" if got is None else got or b"nothing"
 
 
 def content_length(data):
@@ -217,7 +474,36 @@ def tagged_slots(lab):
     return "every slot returned is tagged"
 
 
-grader.still_serves(15)
+@grader.check(15, "pages and the guestbook still served; a clean stop, "
+              f"with {STOP_CROWD} clients connected (over twice the ring's "
+              f"{RING} entries)")
+def still_serves(lab):
+    raise_open_file_limit()
+    server = ring_server(lab)
+    for path in ("/", "/guestbook", "/style.css"):
+        status, _ = get(server.port, path)
+        lab.expect(status == 200, f"GET {path} answered {status}")
+    clients = kept_clients(server.port, STOP_CROWD)
+    try:
+        first = sum(bool(r) and r.startswith(b"HTTP/1.1 200")
+                    for r in responses(clients, 30))
+        lab.expect(first == STOP_CROWD, f"{first} of {STOP_CROWD} keep-alive "
+                   "clients answered their first request within 30 s"
+                   + (f"; {death(lab)}" if death(lab) else ""))
+        try:
+            server.stop()  # SIGTERM: exit 0 and the summary within 10 s
+        except AssertionError as error:
+            said = " ".join(str(error).split())[:300]
+            raise Unmet(f"{said}: at the stop, with {STOP_CROWD} "
+                        "clients connected, the loop cancels each, more than "
+                        f"twice the ring's {RING} entries in one go "
+                        "(io_uring_get_sqe() returns NULL each time it is "
+                        "full: submit what is queued, then take a slot "
+                        f"again); watch it: {STOP_CROWD} kept clients, then "
+                        "kill -TERM the server") from None
+    finally:
+        for c in clients:
+            c.close()
 
 
 if __name__ == "__main__":
