@@ -60,7 +60,7 @@ deps:
 TEST_JOBS ?= 4
 # Gradings at once in tools/lab check (any lab's; they mostly wait on
 # timeouts and clients): a verdict that differs is graded again alone.
-LAB_JOBS ?= 6
+LAB_JOBS ?= 8
 PYTEST = "$$(tools/python pytest httplint xdist)" -m pytest tests/
 test: deps
 	$(MAKE) all asan check-sync format-check
