@@ -12,13 +12,15 @@ lookup."""
 
 import random
 import re
+import selectors
 import socket
+import subprocess
 import time
 
 from grading import (Grader, asking_clients, big_file,  # labs/grading.py
-                     build_reference, descriptors, get, keepalive_load,
-                     kept_clients, raise_open_file_limit, seconds,
-                     user_ticks, wait_for)
+                     build, build_reference, descriptors, failing, get,
+                     keepalive_load, kept_clients, raise_open_file_limit,
+                     seconds, stopped, user_ticks, wait_for)
 from rawhttp import Connection, open_asking  # tests/rawhttp.py
 
 IDLE = 5000  # idle keep-alive clients beside the busy ones
@@ -32,7 +34,29 @@ ASK = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
 BIG = 8 << 20  # a file no socket takes in one send: its sender needs POLLOUT
 RESTARTS = 3  # Redis restarts, each followed by a churn round
 NOFILE = 150  # the server's descriptor limit in the out-of-descriptors part
-CROWD = 9000  # clients at once: descriptors past 8,192
+CROWD = 12000  # clients at once: descriptors past 8,192 and 10,000
+READY = 1500  # clients asking at once: more than MAX_EVENTS (1,024) ready
+SANITIZE = "-fsanitize=address -fno-omit-frame-pointer"
+NO_GROWTH = """#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
+#include <stddef.h>
+/* The pollfd array's growth past 1,024 entries fails, once. */
+void *realloc(void *p, size_t n)
+{
+    static void *(*next)(void *, size_t);
+    static int failed;
+    if (!next)
+        next = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
+    if (p && n == 2048 * sizeof(struct pollfd) && !failed) {
+        failed = 1;
+        errno = ENOMEM;
+        return NULL;
+    }
+    return next(p, n);
+}
+"""
 HALF = ASK[:-2]  # a request begun: the server holds it 10 s, not 5
 grader = Grader("lookup")
 
@@ -90,13 +114,28 @@ def lookup_is_cheap(lab):
         f"{REQUESTS} keep-alive requests beside {IDLE} idle clients")
 
 
-@grader.check(15, "finding the entry that fills a hole: user CPU while "
-              f"{CLOSES} clients hang up at most {RATIO:g}x the reference's")
+def come_and_go(count):
+    """A load: count clients come, each with a request begun (the server
+    accepts and watches each: one watch_fd), then all hang up
+    (close_all: one unwatch_fd each)."""
+    def load(lab, server, _):
+        clients = asking_clients(server.port, count, HALF)
+        wait_for(lambda: len(descriptors(server.pid)),
+                 lambda n: n >= count, 20)
+        close_all(lab, server, clients)
+    return load
+
+
+@grader.check(15, "adding and removing entries: user CPU while "
+              f"{CLOSES} clients come, then hang up, at most {RATIO:g}x the "
+              "reference's")
 def churn_is_cheap(lab):
     count = min(CLOSES, raise_open_file_limit() - 100)
     return against_reference(
-        lab, close_all, lambda port: asking_clients(port, count, HALF),
-        f"{count} clients hanging up (one unwatch_fd each)")
+        lab, come_and_go(count), lambda port: [],
+        f"{count} clients coming (one watch_fd each), then hanging up (one "
+        "unwatch_fd each): a walk over every watch as each comes or "
+        "leaves?")
 
 
 @grader.check(10, f"every ready client is served in turn: the slowest of "
@@ -150,6 +189,49 @@ def churn_round(port, conns, rng):
     return lost
 
 
+def answered_each(conns):
+    """How many of conns, each having asked, are not answered 200; after
+    the first that times out, the rest count as not answered unread (a
+    server that stopped costs one timeout, not one per client)."""
+    lost = 0
+    for k, c in enumerate(conns):
+        try:
+            lost += c.read_response().status != 200
+        except TimeoutError:
+            return lost + len(conns) - k
+        except (AssertionError, OSError):
+            lost += 1
+    return lost
+
+
+def still_open(port, conns):
+    """Clients the server has closed (idle for 5 s: a Redis restart on a
+    busy machine can take that long) leave conns, and as many new ones
+    come, each answered: conns is CHURN open clients again, and each of
+    the others asks once more (its idle timer starts again). Returns how
+    many of those were not answered."""
+    for c in list(conns):
+        c.sock.setblocking(False)
+        try:
+            gone = c.sock.recv(1, socket.MSG_PEEK) == b""
+        except BlockingIOError:
+            gone = False
+        except OSError:
+            gone = True
+        c.sock.settimeout(seconds(5))
+        if gone:
+            c.close()
+            conns.remove(c)
+    for c in conns:
+        c.send(ASK)
+    lost = answered_each(conns)
+    missing = CHURN - len(conns)
+    if missing > 0:
+        for c in open_asking(port, missing, conns, ASK, 5)[-missing:]:
+            c.read_response()
+    return lost
+
+
 def second_to_last_leaves(lab, port):
     """On a fresh server (the listener, then A and B): A, the second to
     last entry, leaves (B moves into its slot); C comes (after B); B
@@ -177,7 +259,7 @@ def second_to_last_leaves(lab, port):
                "slot, and its slot must say so")
 
 
-@grader.check(25, f"{CHURN} keep-alive clients, half of them replaced "
+@grader.check(20, f"{CHURN} keep-alive clients, half of them replaced "
               f"{ROUNDS} times: every client still open is answered, "
               "large files too")
 def churn_keeps_owners(lab):
@@ -215,8 +297,9 @@ def churn_keeps_owners(lab):
 
 
 @grader.check(10, f"watches that leave and come back: Redis restarted "
-              f"{RESTARTS} times, the listener paused out of descriptors; "
-              "every client still answered")
+              f"{RESTARTS} times, the listener paused out of descriptors "
+              "(accept4 failing with EMFILE, twice); every client still "
+              "answered")
 def watches_come_back(lab):
     server = lab.start()
     big_file(lab, BIG)
@@ -232,7 +315,8 @@ def watches_come_back(lab):
                               lambda st: st == 200, limit=4)  # its backoff
             lab.expect(status == 200, f"after Redis restart {turn + 1}: the "
                        f"guestbook page answered {status} for 4 s")
-            lost = churn_round(server.port, conns, rng)
+            lost = still_open(server.port, conns)  # a slow restart: idled out
+            lost += churn_round(server.port, conns, rng)
             lab.expect(lost == 0, f"after Redis restart {turn + 1}: {lost} "
                        f"of {len(conns)} open clients lost: the Redis "
                        "link's watch, unwatched when the link failed, left "
@@ -297,6 +381,160 @@ def watches_come_back(lab):
     finally:
         for c in conns:
             c.close()
+    server.stop()
+    listener_pauses(lab)
+
+
+def listener_pauses(lab):
+    """accept4 fails with EMFILE (strace's fault injection) while a client
+    comes: the spare given up does not help, so the listener's watch
+    leaves for 10 ms, and comes back as the array's last entry. Clients
+    then leave (the listener moves into a hole: its slot must follow),
+    and it pauses again: every open client must still be answered."""
+    server = lab.start()
+    rng = random.Random(23)
+    conns = []
+    try:
+        for c in open_asking(server.port, 20, conns, ASK, seconds(10)):
+            c.read_response()
+        for turn in range(2):
+            late = []
+
+            def two_come():  # the second surely while strace holds on
+                for _ in range(2):
+                    late.append(Connection(server.port,
+                                           timeout=seconds(10)))
+                    late[-1].send(ASK)
+                    time.sleep(0.3)  # the listener leaves and comes back
+            failing(server.pid, "accept4", "EMFILE", two_come)
+            for c in late:
+                try:
+                    status = c.read_response().status
+                    conns.append(c)
+                except TimeoutError:
+                    status = 0
+                except (AssertionError, OSError):  # refused: strace let go
+                    status = 200  # between a failing and a working accept4
+                    c.close()
+                if status != 200:
+                    break
+            lab.expect(status == 200, f"pause {turn + 1}: a client that "
+                       "came while accept4 failed answered "
+                       f"{status or 'nothing'} after: the listener's watch "
+                       "did not come back, or its entry moved into a hole "
+                       "without its slot following (is it in the hash?)")
+            rng.shuffle(conns)
+            for c in conns[:len(conns) // 2]:  # the listener fills a hole
+                c.close()
+            del conns[:len(conns) // 2]
+            for c in open_asking(server.port, 10, conns, ASK,
+                                 seconds(10))[-10:]:
+                c.read_response()
+        for c in conns:
+            c.send(ASK)
+        lost = answered_each(conns)
+    except (AssertionError, OSError) as error:
+        lost = f"the server stopped answering ({str(error)[:80]})"
+    finally:
+        for c in conns:
+            c.close()
+    lab.expect(lost == 0, f"the listener paused twice (accept4 failing with "
+               "EMFILE), clients leaving between: "
+               + (f"{lost} of {len(conns)} open clients lost" if
+                  isinstance(lost, int) else lost)
+               + ": the listener moved into a hole without its slot "
+               "following (is it in the hash?); watch it: strace -e "
+               "inject=accept4:error=EMFILE -p $(pgrep -x poll) while a "
+               "client comes")
+
+
+def answered(conns, limit):
+    """How many of conns have an answer (200) within `limit` s, all waited
+    for at once (a server that never answers costs `limit`, not one
+    timeout per client)."""
+    waiting, count = selectors.DefaultSelector(), 0
+    for c in conns:
+        try:
+            waiting.register(c, selectors.EVENT_READ)
+        except (ValueError, OSError):  # closed already
+            pass
+    deadline = time.monotonic() + seconds(limit)
+    while waiting.get_map() and time.monotonic() < deadline:
+        for key, _ in waiting.select(0.2):
+            waiting.unregister(key.fileobj)
+            try:
+                count += key.fileobj.recv(65536).startswith(b"HTTP/1.1 200")
+            except OSError:
+                pass
+    waiting.close()
+    return count
+
+
+def sanitizer_said(server):
+    """The first line of a sanitizer's report and the first function of
+    the student's it names, from the server's stderr ("" if none)."""
+    text = server.stderr()
+    said = re.search(r"(AddressSanitizer|LeakSanitizer): ([^\n]*)", text)
+    if not said:
+        return ""
+    where = re.search(r"#\d+ 0x[0-9a-f]+ in (?!__interceptor|__asan|"
+                      r"__lsan|malloc|realloc|calloc)(\w+)", text[said.end():])
+    what = said[2].split(" on address")[0].split(" (pc")[0]
+    return f"{said[1]}: {what}" + (f" in {where[1]}()" if where else "")
+
+
+@grader.check(10, f"built with AddressSanitizer: {READY} clients ask at "
+              "once (more than MAX_EVENTS ready in one poll()), the array's "
+              "growth past 1,024 entries failing once: every other client "
+              "answered, no sanitizer report")
+def many_ready(lab):
+    raise_open_file_limit()
+    lab.expect(lab.source is not None, "no source to build with "
+               "-fsanitize=address (grade with --src)")
+    binary = lab.workdir / "asan" / "poll"
+    ok, said = build(lab.source, binary, "poll", SANITIZE)
+    lab.expect(ok, f"-fsanitize=address does not build: {said.strip()[:150]}")
+    shim, source = lab.workdir / "no_growth.so", lab.workdir / "no_growth.c"
+    source.write_text(NO_GROWTH)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
+                    str(source), "-ldl"], check=True, capture_output=True)
+    server = lab.start(binary=binary, env={
+        "LD_PRELOAD": str(shim), "ASAN_OPTIONS":
+        "detect_leaks=1:abort_on_error=0:verify_asan_link_order=0"})
+    watch = ("; watch it: build your main.c as `make asan` builds the "
+             f"servers (-fsanitize=address), run it with {READY} of the "
+             "handout's clients asking at once, and read its stderr")
+    conns = kept_clients(server.port, READY)
+    try:
+        first = answered(conns, 10)
+        with stopped(server.pid):  # all at once: more than MAX_EVENTS
+            for c in conns:  # ready in the poll() after SIGCONT
+                try:
+                    c.sendall(ASK)
+                except OSError:
+                    pass
+        again = answered(conns, 10)
+    finally:
+        for c in conns:
+            c.close()
+    died = server.proc.poll()
+    if died is None:
+        try:
+            server.stop()  # its exit: LeakSanitizer's turn
+        except AssertionError:
+            died = server.result
+    said = sanitizer_said(server)
+    lab.expect(not said, f"{said} (with {READY} clients asking at once, the "
+               "pollfd array's growth to 2,048 entries failing once, then "
+               f"all closed and a stop){watch}")
+    lab.expect(died is None, f"the server died (exit {died}) with {READY} "
+               f"clients asking at once{watch}")
+    lab.expect(first == READY and again >= READY - 1, f"of {READY} clients, "
+               f"{first} answered once and {again} again (the one whose "
+               "watch failed, when the array could not grow, may be lost): "
+               "a watch hashed before the array grew, left hashed when "
+               f"growing failed?{watch}")
+    return f"{again} of {READY} answered again"
 
 
 @grader.check(5, f"{CROWD} clients at once, past any fixed table of "
@@ -324,7 +562,7 @@ def many_clients(lab):
                "a fixed size? (uthash grows as it must)")
 
 
-grader.still_serves(10)
+grader.still_serves(5)
 
 
 if __name__ == "__main__":
