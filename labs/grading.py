@@ -539,6 +539,20 @@ def cpu_seconds(pid):
     return proc_stat(pid)[3] / os.sysconf("SC_CLK_TCK")
 
 
+def smaps(pid):
+    """pid's mappings from /proc/PID/smaps, in address order: [start, end,
+    perms, anonymous, Rss in KiB] each."""
+    maps = []
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        fields = line.split()
+        if re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", fields[0]):
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            maps.append([start, end, fields[1], len(fields) == 5, 0])
+        elif fields[0] == "Rss:":
+            maps[-1][4] = int(fields[1])
+    return maps
+
+
 def thread_stacks(pid):
     """The guarded stacks in pid, from /proc/PID/smaps: [(size, touched)]
     in KiB for every anonymous rw-p mapping that has a one-page ---p guard
@@ -548,14 +562,7 @@ def thread_stacks(pid):
     guard cannot be told from other memory: compare the count with the
     Threads of status_field()."""
     page = resource.getpagesize()
-    maps = []  # [start, end, perms, anonymous, rss KiB]
-    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
-        fields = line.split()
-        if re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", fields[0]):
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            maps.append([start, end, fields[1], len(fields) == 5, 0])
-        elif fields[0] == "Rss:":
-            maps[-1][4] = int(fields[1])
+    maps = smaps(pid)
     return [((end - start) // 1024, rss)
             for below, (start, end, perms, anonymous, rss) in zip(maps,
                                                                   maps[1:])

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from grading import (Grader, asking_clients, build,  # labs/grading.py
                      build_reference, death_telling, failing, get,
-                     raise_open_file_limit, seconds, status_field, wait_for)
+                     raise_open_file_limit, seconds, smaps, status_field,
+                     wait_for)
 from processes import (fd_count, free_port,  # tests/processes.py
                        guarded_stacks, settled)
 
@@ -73,14 +74,7 @@ def stacks_seen(pid):
     whether its lowest page is resident)], from /proc/PID/smaps and, for
     the lowest page, /proc/PID/pagemap (bit 63: present)."""
     page = resource.getpagesize()
-    maps = []  # [start, end, perms, anonymous, rss KiB]
-    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
-        fields = line.split()
-        if re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", fields[0]):
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            maps.append([start, end, fields[1], len(fields) == 5, 0])
-        elif fields[0] == "Rss:":
-            maps[-1][4] = int(fields[1])
+    maps = smaps(pid)  # [start, end, perms, anonymous, rss KiB]
     found = []
     with open(f"/proc/{pid}/pagemap", "rb") as pagemap:
         for guard, (start, end, perms, anonymous, rss) in zip(maps,
