@@ -1,12 +1,14 @@
 """Every ```sh block of every lab handout runs as written, from a fresh copy
 of the repository: `tools/lab blocks LAB` (its docstring has the rules: in
-order, `bash -e -o pipefail`, private network and PID namespaces, 120 s,
+order, `bash -e -o pipefail`, private network and PID namespaces, 240 s,
 `<!-- block: exit=N -->`, `<!-- block: skip: why -->`).
 
 A student pastes these blocks first; one that fails teaches that the
-handout is wrong. The labs run two at a time (each builds the servers in
-its own copy, and two cores are what CI has), started together when the
-first test asks, so `-k zombies` runs only that lab.
+handout is wrong. The labs run two at a time, started together when the
+first test asks, so `-k zombies` runs only that lab. Each copy starts with
+the servers this checkout has built (`--built`: make test built them
+first), so a handout's `make all` finds them up to date; building from
+scratch in a fresh copy is what the README's first screen checks below.
 
 Run: python3 -m pytest tests/test_handouts.py -v
 """
@@ -27,7 +29,7 @@ LAB_TOOL = REPO / "tools" / "lab"
 LABS = sorted(p.parent.name for p in (REPO / "labs").glob("*/lab.toml"))
 CANNOT_ISOLATE = 77  # tools/lab blocks: namespaces refused on this machine
 AT_ONCE = 2
-# tools/lab stops each block after 120 s; this bounds a whole lab (its
+# tools/lab stops each block after 240 s; this bounds a whole lab (its
 # copy, a few blocks) should that ever fail.
 LAB_TIMEOUT = 900
 
@@ -50,7 +52,8 @@ def runs(request):
     selected = [item.callspec.params["lab"] for item in request.session.items
                 if item.module is request.module and hasattr(item, "callspec")]
     with concurrent.futures.ThreadPoolExecutor(AT_ONCE) as pool:
-        yield {lab: pool.submit(run_blocks, lab) for lab in selected}
+        yield {lab: pool.submit(run_blocks, lab, "--built")
+               for lab in selected}
 
 
 @pytest.mark.parametrize("lab", LABS)
