@@ -675,6 +675,10 @@ class Grader:
                             "expected failure alone")
         parser.add_argument("--src", help="the student's main.c, for the "
                             "checks that review the source")
+        parser.add_argument("--first-fail", action="store_true",
+                            help="stop at the first failed check (the score "
+                            "is short then; tools/lab check needs no more "
+                            "of a starter)")
         parser.add_argument("--total", action="store_true",
                             help="print the lab's total points and exit "
                             "(BINARY is not run)")
@@ -691,15 +695,18 @@ class Grader:
                          f" (checks: "
                          f"{', '.join(f.__name__ for _, _, f in checks)})")
             checks = [c for c in checks if c[2].__name__ in names]
-        got = total = 0
+        got, total = 0, sum(points for points, _, _ in checks)
         print(f"Grading lab {self.lab}: {args.binary}")
-        for points, title, function in checks:
-            total += points
+        for k, (points, title, function) in enumerate(checks):
             ok, note = self.run_one(function, args)
             got += points if ok else 0
             print(f"  {'PASS' if ok else 'FAIL'} {points if ok else 0:>3}/"
                   f"{points:<3} {title}" + (f": {note}" if note else "")
                   + f" [{function.__name__}]", flush=True)
+            if not ok and args.first_fail and k + 1 < len(checks):
+                print(f"  (stopped at the first FAIL: {len(checks) - k - 1} "
+                      "checks not run, none of their points counted)")
+                break
         print(f"Score: {got}/{total}")
         sys.exit(0 if got == total else 1)
 

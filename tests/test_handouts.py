@@ -131,3 +131,29 @@ def test_readme_first_screen_runs_as_written():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "block 1 (line" in done.stdout and "ok: exit 0" in done.stdout, \
         done.stdout
+
+
+def test_readme_counts_the_answers_kept():
+    """The README's counts of known wrong answers (in all, from blind
+    rounds, per lab in its table) and of right answers are the files in
+    labs/*/wrong/ and labs/*/right/: one added without its count fails."""
+    readme = (REPO / "README.md").read_text()
+    wrong = {lab: sorted((REPO / "labs" / lab / "wrong").glob("*.patch"))
+             for lab in LABS}
+    right = sum(len(list((REPO / "labs" / lab / "right").glob("*.patch")))
+                for lab in LABS)
+    blind = [p for patches in wrong.values() for p in patches
+             if p.name.startswith("blind")]
+    rounds = {p.name.split("_", 1)[0] for p in blind}
+    said = re.search(r"`labs/<lab>/wrong/`, (\d+) in all, .*?; (\d+) of them "
+                     r"written in (\w+) blind rounds .*?, with (\d+) right "
+                     r"answers", readme, re.S)
+    assert said, "the README no longer says how many answers are kept"
+    words = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+    assert (int(said[1]), int(said[2]), words.get(said[3]), int(said[4])) \
+        == (sum(map(len, wrong.values())), len(blind), len(rounds), right)
+    for lab, patches in wrong.items():
+        row = re.search(rf"^\| {re.escape(lab)} \|.*\| (\d+): ", readme, re.M)
+        assert row, f"the README's lab table has no row for {lab}"
+        assert int(row[1]) == len(patches), f"{lab}: the README says " \
+            f"{row[1]} wrong answers, labs/{lab}/wrong/ has {len(patches)}"
