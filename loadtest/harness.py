@@ -1,15 +1,22 @@
-"""Process plumbing shared by loadtest/sweep, loadtest/soak and
-bench/event-bench: starting and stopping what they run, by PID, and the
-little things each of them needs around that.
+"""What the load tests (loadtest/sweep, loadtest/soak) and the benches
+(bench/*) need around the processes they run: where they run, the clients'
+reports, the command line.
+
+The process primitives are tests/processes.py's, the one module that starts
+and stops processes for the whole suite, and are importable from here under
+their names (harness.spawn, harness.stop, ...):
 
   - spawn() starts a process in its own session and remembers it; stop()
     stops one by PID (then SIGKILLs its process group, which catches
     workers that outlived their parent); stop_all() stops whatever is left.
     Only processes started here are ever signalled, never anything by name.
-  - free_port(), wait_until(), accepts(): ports and
+  - free_port(), wait_until(), wait_for_port(), accepts(): ports and
     waiting for something to come up, bounded by START_TIMEOUT.
-  - Redis: a private redis-server on a free port, restartable on that port,
-    with command() for seeding.
+  - raise_open_file_limit(), describe_exit(), StartError.
+
+Load-test specific, here:
+
+  - Redis: processes.RedisServer at a Place (pinned, or on another host).
   - start_server(): one zerohttpd server, up once it prints its listening
     line; start_nginx(): nginx with a config the caller writes.
   - parse_ab(), parse_wrk(): ApacheBench's or wrk's report as a dict, or
@@ -17,22 +24,20 @@ little things each of them needs around that.
   - Place: where a process runs, on which CPUs (taskset) and on which host;
     SSHHost: a host reached over ssh, where processes are started and
     stopped by PID as here (RemoteProcess).
-  - raise_open_file_limit(), stop_signals(), build(), pick_servers(),
-    require_tools(), fail(), command_output(), first_match(), tool_version().
+  - stop_signals(), build(), pick_servers(), require_tools(), fail(),
+    command_output(), first_match(), tool_version().
 
 Python 3 standard library only. The scripts import it with
-`sys.path.insert(0, <this folder>)`, so they run from anywhere.
+`sys.path.insert(0, <this folder>)`, so they run from anywhere; it finds
+tests/processes.py the same way.
 """
 
-import contextlib
 import io
 import os
 import re
-import resource
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -40,88 +45,23 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # the repo: binaries, public/
-START_TIMEOUT = 10.0  # seconds for a server, redis or nginx to come up
-STOP_GRACE = 10.0  # seconds after the stop signal before SIGKILL
+if str(ROOT / "tests") not in sys.path:
+    sys.path.insert(0, str(ROOT / "tests"))
+import processes  # noqa: E402  (the process primitives)
+from processes import (LOCAL_ADDRESS, START_TIMEOUT, STARTED,  # noqa: E402,F401
+                       StartError, accepts, describe_exit, forget,
+                       raise_open_file_limit, spawn, spawn_logged, stop,
+                       stop_all, wait_for_port, wait_until)
+
+STOP_GRACE = processes.STOP_TIMEOUT  # seconds after the stop signal before
+#                                      SIGKILL
 BUILD_TIMEOUT = 600  # seconds for `make all`
-LOCAL_ADDRESS = "127.0.0.1"  # where this machine's processes listen
 SSH_TIMEOUT = 20.0  # seconds for one command over ssh (most take a few ms
 #                     over the master connection)
 REMOTE_POLL = 0.05  # seconds between looks at a remote process
 
 
-class StartError(RuntimeError):
-    """A server, redis or nginx did not come up; the message says why."""
-
-
-# ===== Processes: start, wait, stop by PID =====
-
-STARTED = []  # every process we started and have not stopped yet
-
-
-def spawn(argv, **kwargs):
-    """Start a process from the repo root (unless cwd= says otherwise) in its
-    own session: Ctrl-C reaches only us, and we stop it (and anything it
-    forked) ourselves, by its process group."""
-    kwargs.setdefault("cwd", ROOT)
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                            start_new_session=True, **kwargs)
-    STARTED.append(proc)
-    return proc
-
-
-def kill_group(proc):
-    """SIGKILL the process group of a process we started (its session, so
-    its pgid is its PID): workers that outlived their parent too."""
-    if isinstance(proc, RemoteProcess):
-        proc.kill_group()
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-def stop(proc, sig=signal.SIGTERM, grace=STOP_GRACE):
-    """sig by PID and wait up to grace seconds, then SIGKILL the process
-    group. Closes our ends of its pipes. Returns the exit code of a process
-    that left by itself, or None if it had to be killed."""
-    code = proc.poll()
-    if code is None:
-        proc.send_signal(sig)
-        try:
-            code = proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            code = None
-    kill_group(proc)
-    with contextlib.suppress(subprocess.TimeoutExpired):  # a host gone
-        proc.wait()
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-    forget(proc)
-    return code
-
-
-def forget(proc):
-    """A process the caller has waited for itself: nothing left to stop."""
-    if proc in STARTED:
-        STARTED.remove(proc)
-
-
-def stop_all(grace=STOP_GRACE):
-    """Stop every process still running that we started, newest first."""
-    for proc in reversed(STARTED[:]):
-        stop(proc, grace=grace)
-
-
-def describe_exit(code):
-    """An exit code as stop() returns it, in words."""
-    if code is None:
-        return f"still running {STOP_GRACE:.0f} s after SIGTERM"
-    if isinstance(code, str):  # a RemoteProcess: its exit code is unknown
-        return code
-    if code < 0:
-        return f"killed by {signal.Signals(-code).name}"
-    return f"exit {code}"
-
+# ===== Processes: what tests/processes.py does not =====
 
 def stop_signals(handler):
     """Ctrl-C (SIGINT) and kill (SIGTERM) both get handler: with
@@ -134,44 +74,8 @@ def stop_signals(handler):
 def free_port(place=None):
     """A port nobody listens on right now (the kernel picks it). For a
     remote place, one that nothing there accepts on either."""
-    while True:
-        with socket.socket() as s:
-            s.bind((LOCAL_ADDRESS, 0))
-            port = s.getsockname()[1]
-        if place is None or place.host is None or not accepts(port,
-                                                              place.address):
-            return port
-
-
-def wait_until(ready, proc, what, timeout=START_TIMEOUT):
-    """Poll ready() until it is true; StartError if proc exits or time runs
-    out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if ready():
-            return
-        if proc.poll() is not None:
-            raise StartError(f"{what} did not start: "
-                             f"{describe_exit(proc.returncode)}")
-        time.sleep(0.02)
-    raise StartError(f"{what} did not start in {timeout:.0f} s")
-
-
-def accepts(port, address=LOCAL_ADDRESS):
-    """Does something accept connections on address:port?"""
-    try:
-        socket.create_connection((address, port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
-def raise_open_file_limit():
-    """Soft open-file limit up to the hard one; the processes we start
-    inherit it. Returns it."""
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return hard
+    remote = place is not None and place.host is not None
+    return processes.free_port(place.address if remote else None)
 
 
 # ===== Where a process runs: CPUs and hosts =====
@@ -254,12 +158,7 @@ class Place:
         if self.host:
             return self.host.start(self.argv(argv), Path(log_path).name,
                                    banner, unset)
-        env = {k: v for k, v in os.environ.items() if k not in unset}
-        with open(log_path, "ab") as log:
-            log.write(banner.encode())
-            log.flush()
-            return spawn(self.argv(argv), env=env, stdout=log,
-                         stderr=subprocess.STDOUT)
+        return spawn_logged(self.argv(argv), log_path, banner, unset)
 
 
 class RemoteError(RuntimeError):
@@ -469,62 +368,27 @@ class RemoteProcess:
 
 # ===== Redis =====
 
-class Redis:
-    """A private redis-server on a free port, nothing saved to disk, its log
-    in workdir/redis.log. start() (again after kill(), on the same port),
-    command(), stop(). With a place, it runs there (its log and files in the
-    place's folder) and listens on the bind addresses: those its clients
-    reach it at."""
+class Redis(processes.RedisServer):
+    """processes.RedisServer at a place: on its CPUs, or on its host (its
+    log and files in the place's folder there), listening on the bind
+    addresses: those its clients reach it at. command() is sent to it
+    wherever it is."""
 
     def __init__(self, workdir, maxclients=None, backlog=None, place=None,
                  bind=(LOCAL_ADDRESS,)):
         self.place = place or Place()
-        self.port = free_port(self.place)
-        self.address = self.place.address  # where we send command()s
-        self.workdir = Path(workdir)
-        self.options = ["--bind", *bind]
-        if maxclients is not None:
-            self.options += ["--maxclients", str(maxclients)]
-        if backlog is not None:
-            self.options += ["--tcp-backlog", str(backlog)]
-        self.proc = None
+        super().__init__(workdir, maxclients, backlog, bind,
+                         port=free_port(self.place))
+        self.address = self.place.address
 
-    def start(self):
-        self.proc = self.place.start(
-            ["redis-server", "--port", str(self.port), "--save", "",
-             "--appendonly", "no", "--dir", self.place.folder(self.workdir)]
-            + self.options, self.workdir / "redis.log")
-        try:
-            wait_until(self.answers, self.proc, "redis-server" +
-                       self.place.where())
-        except StartError:
-            self.stop()
-            raise
-        return self
+    def launch(self, argv):
+        return self.place.start(argv, self.workdir / "redis.log")
 
-    def command(self, *args, timeout=2.0):
-        """Send one command in RESP and return the reply's first line, e.g.
-        "+PONG" or ":3". Enough for PING, SET, RPUSH and LLEN."""
-        request = f"*{len(args)}\r\n"
-        for arg in map(str, args):
-            request += f"${len(arg.encode())}\r\n{arg}\r\n"
-        with socket.create_connection((self.address, self.port),
-                                      timeout=timeout) as s:
-            s.sendall(request.encode())
-            return s.recv(4096).decode(errors="replace").split("\r\n")[0]
+    def folder(self):
+        return self.place.folder(self.workdir)
 
-    def answers(self):
-        try:
-            return self.command("PING") == "+PONG"
-        except OSError:
-            return False
-
-    def kill(self):
-        stop(self.proc, signal.SIGKILL)
-
-    def stop(self, grace=STOP_GRACE):
-        if self.proc is not None:
-            stop(self.proc, grace=grace)
+    def where(self):
+        return self.place.where()
 
 
 # ===== The servers and nginx =====
@@ -580,8 +444,8 @@ def start_nginx(prefix, config, logs, place=None):
                         "-e", f"{logs}/nginx-error.log"],
                        Path(logs) / "nginx.log")
     try:
-        wait_until(lambda: accepts(port, place.address), proc,
-                   "nginx" + place.where())
+        wait_for_port(port, proc, "nginx" + place.where(),
+                      address=place.address)
     except StartError:
         stop(proc)
         raise

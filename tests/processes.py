@@ -1,9 +1,30 @@
-"""Real processes for the tests: redis-server, the server under test, and a
-look at the process table through /proc. Nothing is mocked.
+"""Real processes: redis-server, the server under test, and a look at the
+process table through /proc. Nothing is mocked.
+
+This is the one place that starts and stops processes for the whole suite:
+the tests, the labs' graders (labs/grading.py), tools/trace, and through
+loadtest/harness.py the load tests (loadtest/sweep, loadtest/soak) and the
+benches (bench/*). What it gives them:
+
+  - free_port(), accepts(), wait_until(), wait_for_port(): ports, and
+    waiting for something to come up, bounded and noticing a process that
+    died meanwhile (StartError).
+  - spawn() starts a process in its own session and remembers it; stop()
+    stops one by PID (sig, a grace period, then SIGKILL to its process
+    group, which catches workers that outlived their parent; reaped);
+    stop_all() stops whatever is left; kill_pids() SIGKILLs by PID.
+  - RedisServer: a private redis-server on a free port, restartable on that
+    port, with command() speaking RESP2 (one encoder, one reader).
+  - ServerProcess: the server under test, with the exit checks the tests
+    hold it to (exit 0, summary line, no sanitizer report, no worker left).
+  - raise_open_file_limit(); process_table(), descendants(), ... from /proc.
 
 Every process started here is stopped by PID, and every wait is bounded.
+Only processes started here are ever signalled, never anything by name.
+Python 3 standard library only (the labs' instructor pack copies this file).
 """
 
+import contextlib
 import os
 import re
 import resource
@@ -16,10 +37,11 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+LOCAL_ADDRESS = "127.0.0.1"  # where this machine's processes listen
 MODELS = ("iterative", "forking", "preforked", "threaded", "prethreaded",
           "poll", "epoll", "io_uring", "reuseport", "fibers")
-START_TIMEOUT = 10.0  # seconds for a server to print its listening line
-STOP_TIMEOUT = 10.0  # seconds for a server to exit after SIGTERM (ASan is slow)
+START_TIMEOUT = 10.0  # seconds for a server, redis or nginx to come up
+STOP_TIMEOUT = 10.0  # seconds for a process to exit after SIGTERM (ASan is slow)
 CHILD_EXIT_TIMEOUT = 3.0  # seconds for workers to go after their parent
 REQUEST_TIMEOUT = 10  # seconds from a request's first byte to its end
 DEFER_ACCEPT = 1  # event servers: seconds the kernel holds a silent client back
@@ -81,22 +103,159 @@ def discover_binaries():
     return found
 
 
-def free_port():
-    """A port nobody listens on right now (the kernel picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class StartError(RuntimeError, AssertionError):
+    """A server, redis or nginx did not come up; the message says why. An
+    AssertionError too: a test or a grader counts it as a failed check."""
 
 
-def wait_for_port(port, deadline):
-    """Poll until something accepts on port; False at the deadline."""
-    while time.monotonic() < deadline:
+# ---- ports and waiting ----
+
+def free_port(remote=None):
+    """A port nobody listens on right now (the kernel picks it). With a
+    remote address: one that nothing there accepts on either."""
+    while True:
+        with socket.socket() as s:
+            s.bind((LOCAL_ADDRESS, 0))
+            port = s.getsockname()[1]
+        if remote is None or not accepts(port, remote):
+            return port
+
+
+def accepts(port, address=LOCAL_ADDRESS):
+    """Does something accept connections on address:port?"""
+    try:
+        socket.create_connection((address, port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def wait_until(ready, proc, what, timeout=START_TIMEOUT):
+    """Poll ready() every 20 ms until it is true; StartError if proc (a
+    Popen, or anything with poll() and returncode) exits first or timeout
+    seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if ready():
+            return
+        if proc.poll() is not None:
+            raise StartError(f"{what} did not start: "
+                             f"{describe_exit(proc.returncode)}")
+        if time.monotonic() >= deadline:
+            raise StartError(f"{what} did not start in {timeout:.0f} s")
+        time.sleep(0.02)
+
+
+def wait_for_port(port, proc, what, timeout=START_TIMEOUT,
+                  address=LOCAL_ADDRESS):
+    """Wait until something accepts on address:port (see wait_until)."""
+    wait_until(lambda: accepts(port, address), proc, what, timeout)
+
+
+# ---- starting and stopping, by PID and process group ----
+
+STARTED = []  # every process spawn() started and stop() has not stopped
+
+
+def spawn(argv, **kwargs):
+    """Start a process from the repo root (unless cwd= says otherwise) in its
+    own session: Ctrl-C reaches only us, and we stop it (and anything it
+    forked) ourselves, by its process group."""
+    kwargs.setdefault("cwd", REPO)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                            start_new_session=True, **kwargs)
+    STARTED.append(proc)
+    return proc
+
+
+def spawn_logged(argv, log_path, banner="", unset=()):
+    """spawn() with stdout and stderr appended to log_path, after the
+    banner line; the variables in `unset` removed from its environment."""
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        log.write(banner.encode())
+        log.flush()
+        return spawn(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def kill_group(proc):
+    """SIGKILL the process group of a process spawn() started (its session,
+    so its pgid is its PID): workers that outlived their parent too. A
+    process elsewhere (loadtest/harness.py's RemoteProcess) does it itself."""
+    if hasattr(proc, "kill_group"):
+        proc.kill_group()
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def stop(proc, sig=signal.SIGTERM, grace=STOP_TIMEOUT):
+    """sig by PID and wait up to grace seconds, then SIGKILL the process
+    group; reaped. Closes our ends of its pipes. Returns the exit code of a
+    process that left by itself, or None if it had to be killed."""
+    code = proc.poll()
+    if code is None:
+        proc.send_signal(sig)
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return True
-        except OSError:
-            time.sleep(0.02)
-    return False
+            code = proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            code = None
+    kill_group(proc)
+    with contextlib.suppress(subprocess.TimeoutExpired):  # a host gone
+        proc.wait()
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    forget(proc)
+    return code
+
+
+def forget(proc):
+    """A process the caller has waited for itself: nothing left to stop."""
+    if proc in STARTED:
+        STARTED.remove(proc)
+
+
+def stop_all(grace=STOP_TIMEOUT):
+    """Stop every process still running that spawn() started, newest
+    first."""
+    for proc in reversed(STARTED[:]):
+        stop(proc, grace=grace)
+
+
+def describe_exit(code):
+    """An exit code as stop() returns it, in words."""
+    if code is None:
+        return f"still running {STOP_TIMEOUT:.0f} s after SIGTERM"
+    if isinstance(code, str):  # a process elsewhere: its exit code unknown
+        return code
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit {code}"
+
+
+def kill_pids(pids):
+    """SIGKILL each process of a {pid: starttime} map that still runs (the
+    start time makes sure a PID reused meanwhile is left alone)."""
+    for pid in still_running(pids):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def raise_open_file_limit():
+    """Soft RLIMIT_NOFILE up to the hard limit, for this process and those
+    it starts (thousands of clients); returns it."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def limit_descriptors(soft):
+    """RLIMIT_NOFILE's soft limit becomes `soft` (in a forked child before
+    exec: for the program and its children); the hard limit stays."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 # ---- the process table ----
@@ -160,76 +319,114 @@ def still_running(pids):
 # ---- redis-server ----
 
 class RedisServer:
-    """A private redis-server on its own port, nothing saved to disk."""
+    """A private redis-server on a free port, nothing saved to disk, its log
+    in workdir/redis.log: start() (again after kill(), on the same port),
+    command(), stop(). It listens on the bind addresses. loadtest/harness.py
+    runs it on chosen CPUs or another host by overriding launch(),
+    folder(), where() and address."""
 
-    def __init__(self, workdir):
+    address = LOCAL_ADDRESS  # where command() reaches it
+
+    def __init__(self, workdir, maxclients=None, backlog=None,
+                 bind=(LOCAL_ADDRESS,), port=None):
         self.workdir = Path(workdir)
-        self.port = free_port()
+        self.port = port or free_port()
+        self.options = ["--bind", *bind]
+        if maxclients is not None:
+            self.options += ["--maxclients", str(maxclients)]
+        if backlog is not None:
+            self.options += ["--tcp-backlog", str(backlog)]
         self.proc = None
 
+    def launch(self, argv):
+        return spawn_logged(argv, self.workdir / "redis.log")
+
+    def folder(self):
+        """Its working folder, where it runs."""
+        return str(self.workdir)
+
+    def where(self):
+        """" on user@host" for messages, or nothing here."""
+        return ""
+
     def start(self):
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        log = open(self.workdir / "redis.log", "ab")
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--daemonize", "no",
-             "--dir", str(self.workdir)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        log.close()
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, (
-                "redis-server exited: "
-                + (self.workdir / "redis.log").read_text()[-2000:])
-            try:
-                if self.command("PING") == "PONG":
-                    return self
-            except OSError:
-                time.sleep(0.02)
-        raise AssertionError(f"redis-server did not answer on {self.port}")
+        self.proc = self.launch(
+            ["redis-server", "--port", str(self.port), "--save", "",
+             "--appendonly", "no", "--daemonize", "no",
+             "--dir", self.folder()] + self.options)
+        try:
+            wait_until(self.answers, self.proc, "redis-server" + self.where())
+        except StartError as e:
+            self.stop()
+            log = self.workdir / "redis.log"
+            said = log.read_text(errors="replace")[-2000:] if log.exists() \
+                else ""
+            raise StartError(f"{e}; its log: {said}") from None
+        return self
 
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=STOP_TIMEOUT)
+    def answers(self):
+        try:
+            return self.command("PING") == "PONG"
+        except (OSError, RedisError):  # not up yet, or still loading
+            return False
 
-    def command(self, *args):
+    def command(self, *args, timeout=2.0):
         """Send one command as RESP2 and return the reply (str, int, None,
-        or list); an error reply raises."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
-            parts = [f"*{len(args)}\r\n".encode()]
-            for arg in args:
-                data = str(arg).encode()
-                parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-            s.sendall(b"".join(parts))
-            return _read_reply(s.makefile("rb"))
+        or list); an error reply raises RedisError."""
+        with socket.create_connection((self.address, self.port),
+                                      timeout=timeout) as s:
+            s.sendall(resp_command(*args))
+            return read_reply(s.makefile("rb"))
+
+    def kill(self):
+        """SIGKILL: gone at once, as in a crash; start() brings it back."""
+        stop(self.proc, signal.SIGKILL)
+
+    def stop(self, grace=STOP_TIMEOUT):
+        if self.proc is not None:
+            stop(self.proc, grace=grace)
 
 
-def _read_reply(f):
+class RedisError(RuntimeError):
+    """Redis answered a command with an error reply."""
+
+
+def resp_command(*args):
+    """One command as RESP2: an array of bulk strings."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = str(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def read_reply(f):
+    """One RESP2 reply from a binary file object."""
     line = f.readline()
+    if not line.endswith(b"\r\n"):
+        raise ConnectionError(f"Redis closed the connection ({line!r})")
     kind, rest = line[:1], line[1:-2].decode()
     if kind == b"+":
         return rest
     if kind == b"-":
-        raise RuntimeError(rest)
+        raise RedisError(rest)
     if kind == b":":
         return int(rest)
     if kind == b"$":
         return None if rest == "-1" else f.read(int(rest) + 2)[:-2].decode()
     if kind == b"*":
-        return None if rest == "-1" else [_read_reply(f) for _ in range(int(rest))]
-    raise RuntimeError(f"bad RESP reply {line!r}")
+        return None if rest == "-1" else [read_reply(f) for _ in range(int(rest))]
+    raise RedisError(f"bad RESP reply {line!r}")
 
 
 # ---- the server under test ----
 
 class ServerProcess:
     """One running server. stop() sends SIGTERM and checks the exit: code 0,
-    the summary line printed, no sanitizer report, no worker left behind."""
+    the summary line printed, no sanitizer report, no worker left behind.
+    Unlike spawn(), it starts the server in our own process group, as a
+    shell script or make would (labs/zombies checks that stopping it spares
+    its launcher), so cleanup() kills its workers by PID, not by group."""
 
     def __init__(self, binary, site, redis_port, env=None, nofile=None,
                  spawned=None, blocked=()):
@@ -254,7 +451,7 @@ class ServerProcess:
         # nofile: the server's open-file soft limit (None: this process's).
         def inherited():  # in the forked child, before exec
             if nofile is not None:
-                _limit_descriptors(nofile)
+                limit_descriptors(nofile)
             if blocked:
                 signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         with open(self.stderr_path, "wb") as err:
@@ -295,13 +492,17 @@ class ServerProcess:
         self._read_stdout(line, deadline)
         if not line.search(self.stdout.decode("utf-8", "replace")):
             self.cleanup()
-            raise AssertionError(
+            raise StartError(
                 f"{self.name} did not print 'listening on port {self.port}' "
                 f"within {START_TIMEOUT} s; stdout {self.stdout!r}, "
                 f"stderr {self.stderr()[-3000:]}")
-        assert wait_for_port(self.port, deadline), (
-            f"{self.name} printed its listening line but port {self.port} "
-            "does not accept")
+        try:
+            wait_for_port(self.port, self.proc, self.name,
+                          max(deadline - time.monotonic(), 0))
+        except StartError as e:
+            self.cleanup()
+            raise StartError(f"{e}: it printed its listening line but port "
+                             f"{self.port} does not accept") from None
 
     def stop(self):
         """SIGTERM, then the exit checks: exit code 0, the summary printed,
@@ -358,20 +559,9 @@ class ServerProcess:
         if self.proc.poll() is None:  # only then is self.pid surely ours
             workers.update(descendants(self.pid))
             self.proc.kill()
-        for pid in still_running(workers):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_pids(workers)
         self.proc.wait()
         self.proc.stdout.close()
-
-
-def _limit_descriptors(soft):
-    """In the forked child, before exec: RLIMIT_NOFILE's soft limit becomes
-    `soft` for the server and its children; the hard limit stays."""
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def run_to_exit(binary, args, cwd, timeout=5.0, env=None):
@@ -387,11 +577,7 @@ def run_to_exit(binary, args, cwd, timeout=5.0, env=None):
         out, err = proc.communicate(timeout=timeout)
         return proc.returncode, out.decode(), err.decode()
     except subprocess.TimeoutExpired:
-        for pid in still_running(descendants(proc.pid)):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_pids(descendants(proc.pid))
         proc.kill()
         out, err = proc.communicate(timeout=timeout)
         return None, out.decode(), err.decode()
