@@ -228,9 +228,14 @@ def serves_again(port, site, want_count, want_entries, case):
 
 
 def fake_entries(fake):
-    return [r.split(":", 1)[1][int(r.split(":")[0]):]
-            .replace("<", "&lt;").replace(">", "&gt;")
-            for r in fake.remarks[-100:]]
+    """The remarks the fake holds, as a page shows them (escaped; the
+    test's names and remarks are ASCII, so a name's length is in bytes)."""
+    shown = []
+    for element in fake.remarks[-100:]:
+        length, rest = element.split(":", 1)
+        shown.append(rest[int(length):].replace("<", "&lt;")
+                     .replace(">", "&gt;"))
+    return shown
 
 
 def run_cases(server, site, fake, command, cases):
