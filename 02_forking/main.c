@@ -497,7 +497,8 @@ static bool serve_guestbook(struct conn *c)
         return respond_error(c, 500, NULL);
     if (!redis_command(rd, 4, lrange) || rd->reply.type != '*' ||
         !render_remarks(&c->work, rd->in.data, &rd->reply) ||
-        !redis_command(rd, 2, incr) || !redis_command(rd, 2, get) ||
+        !redis_command(rd, 2, incr) || rd->reply.type != ':' ||
+        !redis_command(rd, 2, get) || rd->reply.type != '$' ||
         rd->reply.nitems != 1 ||
         !parse_integer(rd->in.data + rd->reply.item[0].off,
                        rd->in.data + rd->reply.item[0].off +
@@ -1600,12 +1601,12 @@ static bool parse_integer(const char *s, const char *end, long long *out)
 {
     bool neg = s < end && *s == '-';
     s += neg;
-    if (s == end || end - s > 18)
+    if (s == end || end - s > 19)
         return false;
     long long n = 0;
     for (; s < end; s++) {
-        if (*s < '0' || *s > '9')
-            return false;
+        if (*s < '0' || *s > '9' || n > (LLONG_MAX - (*s - '0')) / 10)
+            return false; /* not a number, or past LLONG_MAX */
         n = n * 10 + (*s - '0');
     }
     *out = neg ? -n : n;
@@ -1831,12 +1832,18 @@ static bool render_entry(struct strbuf *out, const char *e, size_t len)
            sb_puts(out, "</span></p>\n");
 }
 
-/* The LRANGE reply's entries, in order, as HTML. */
+/* The LRANGE reply's entries, in order, as HTML. False unless the reply is
+ * an array of bulk strings and nothing else: a nil, an integer or an error
+ * among them (a bulk string's text follows its "$n\r\n" line; a simple or
+ * error string's follows its type byte) is not a list of ours. */
 static bool render_remarks(struct strbuf *out, const char *buf,
                            const struct resp_reply *r)
 {
+    if (r->type != '*' || r->integer < 0 || r->nitems != (size_t)r->integer)
+        return false;
     for (size_t i = 0; i < r->nitems; i++)
-        if (!render_entry(out, buf + r->item[i].off, r->item[i].len))
+        if (buf[r->item[i].off - 1] != '\n' ||
+            !render_entry(out, buf + r->item[i].off, r->item[i].len))
             return false;
     return true;
 }

@@ -1022,8 +1022,9 @@ static void respond_page(struct conn *c, long long visitors)
 }
 
 /* One Redis reply for c, framed by r in buf: the next step, or the answer.
- * POST: RPUSH's integer, then 303. GET: LRANGE's entries, INCR, then GET's
- * count and the page. An error reply, or one of the wrong shape: 503. */
+ * POST: RPUSH's integer, then 303. GET: LRANGE's entries, INCR's integer,
+ * then GET's count (a bulk string) and the page. An error reply, or one of
+ * the wrong shape: 503. */
 static void guestbook_next(struct conn *c, const struct resp_reply *r,
                            const char *buf)
 {
@@ -1039,9 +1040,9 @@ static void guestbook_next(struct conn *c, const struct resp_reply *r,
         respond_error(c, 503, NULL);
     else if (step == 0 && r->type == '*' && render_remarks(&c->work, buf, r))
         redis_queue(c, 2, incr);
-    else if (step == 1)
+    else if (step == 1 && r->type == ':')
         redis_queue(c, 2, get);
-    else if (step == 2 && r->nitems == 1 &&
+    else if (step == 2 && r->type == '$' && r->nitems == 1 &&
              parse_integer(buf + r->item[0].off,
                            buf + r->item[0].off + r->item[0].len, &visitors))
         respond_page(c, visitors);
@@ -2211,12 +2212,12 @@ static bool parse_integer(const char *s, const char *end, long long *out)
 {
     bool neg = s < end && *s == '-';
     s += neg;
-    if (s == end || end - s > 18)
+    if (s == end || end - s > 19)
         return false;
     long long n = 0;
     for (; s < end; s++) {
-        if (*s < '0' || *s > '9')
-            return false;
+        if (*s < '0' || *s > '9' || n > (LLONG_MAX - (*s - '0')) / 10)
+            return false; /* not a number, or past LLONG_MAX */
         n = n * 10 + (*s - '0');
     }
     *out = neg ? -n : n;
@@ -2442,12 +2443,18 @@ static bool render_entry(struct strbuf *out, const char *e, size_t len)
            sb_puts(out, "</span></p>\n");
 }
 
-/* The LRANGE reply's entries, in order, as HTML. */
+/* The LRANGE reply's entries, in order, as HTML. False unless the reply is
+ * an array of bulk strings and nothing else: a nil, an integer or an error
+ * among them (a bulk string's text follows its "$n\r\n" line; a simple or
+ * error string's follows its type byte) is not a list of ours. */
 static bool render_remarks(struct strbuf *out, const char *buf,
                            const struct resp_reply *r)
 {
+    if (r->type != '*' || r->integer < 0 || r->nitems != (size_t)r->integer)
+        return false;
     for (size_t i = 0; i < r->nitems; i++)
-        if (!render_entry(out, buf + r->item[i].off, r->item[i].len))
+        if (buf[r->item[i].off - 1] != '\n' ||
+            !render_entry(out, buf + r->item[i].off, r->item[i].len))
             return false;
     return true;
 }

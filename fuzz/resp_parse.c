@@ -11,7 +11,8 @@
  *
  * Two round trips use the same input: its NUL-separated parts, formatted as
  * a command by resp_format, must frame back to the same strings; and
- * parse_integer accepts exactly an optional '-' and 1..18 digits.
+ * parse_integer accepts exactly an optional '-' and 1..19 digits whose
+ * value fits a long long (-LLONG_MAX..LLONG_MAX).
  */
 #define main zerohttpd_main
 #ifndef ZEROHTTPD_SRC
@@ -90,7 +91,8 @@ static void check_command(const uint8_t *data, size_t size)
     free(copy);
 }
 
-/* parse_integer accepts exactly -?[0-9]{1,18}, with strtoll's value. */
+/* parse_integer accepts exactly -?[0-9]{1,19} within -LLONG_MAX..LLONG_MAX,
+ * with strtoll's value. */
 static void check_integer(const uint8_t *data, size_t size)
 {
     if (size > 24)
@@ -99,12 +101,15 @@ static void check_integer(const uint8_t *data, size_t size)
     memcpy(s, data, size);
     s[size] = '\0';
     size_t sign = size > 0 && s[0] == '-', digits = size - sign;
-    bool valid =
-        digits >= 1 && digits <= 18 && strspn(s + sign, "0123456789") == digits;
+    errno = 0;
+    long long want = strtoll(s, NULL, 10);
+    bool valid = digits >= 1 && digits <= 19 &&
+                 strspn(s + sign, "0123456789") == digits && errno != ERANGE &&
+                 want != LLONG_MIN;
     long long n = 0;
     CHECK(parse_integer(s, s + size, &n) == valid);
     if (valid)
-        CHECK(n == strtoll(s, NULL, 10));
+        CHECK(n == want);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
