@@ -8,7 +8,8 @@ import contextlib
 import tempfile
 from pathlib import Path
 
-import harness  # SSHHost, Place, fail: as the sweep uses them
+import harness  # SSHHost, Place, fail (loadtest/ is on sys.path: sweep's)
+
 
 def ssh_options(args):
     """ssh's arguments for every host. The user's come first: for each

@@ -12,7 +12,7 @@ import statistics
 import sys
 import typing
 
-import harness  # online CPUs and CPU lists, as sweep uses them
+import harness  # online CPUs, CPU lists (loadtest/ is on sys.path: sweep's)
 
 WIDE_VARIATION = 0.20  # (max - min) / median above this: marked with ~
 
