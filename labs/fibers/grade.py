@@ -18,14 +18,15 @@ from pathlib import Path
 
 from grading import (Grader, asking_clients, build,  # labs/grading.py
                      build_reference, death_telling, failing, get,
-                     raise_open_file_limit, seconds, smaps, status_field,
-                     wait_for)
+                     idle_clients, raise_open_file_limit, seconds, smaps,
+                     status_field, wait_for)
 from processes import (fd_count, free_port,  # tests/processes.py
                        guarded_stacks, settled)
 
 CLIENTS = 200  # kept connections served at once: a fiber each
 REFUSED = 2000  # clients that come while every mprotect() fails
 REFUSED_KIB = 64  # address space they may leave behind, all of them
+REFUSED_BLOCKS = 200  # malloc'd blocks they may leave behind (1 each: 2000)
 ERRORS = ("EACCES", "ENOMEM")  # mprotect's errors, half the clients each
 BATCH_S = 10  # a hundred clients each answered or closed within this
 ASAN_FLAGS = ("-O1 -fno-omit-frame-pointer -fsanitize=address,undefined "
@@ -33,6 +34,8 @@ ASAN_FLAGS = ("-O1 -fno-omit-frame-pointer -fsanitize=address,undefined "
 START_S = 10  # mprotect failing from the start: dead or serving by then
 IDLE = 1000  # kept clients whose stacks' resident memory is counted
 IDLE_KIB = 40  # resident memory per kept client (the reference: about 17)
+SILENT = 50  # clients that connect and say nothing: a fiber each, in its
+# first read, its stack touched at the top only (the reference: one page)
 RUN = ("gdb -ex run --args ./fibers 8000, then curl http://127.0.0.1:8000/ "
        "from another shell; bt and info registers rsp show where it was")
 MAPS = "watch /proc/$(pgrep -x fibers)/maps under 100 kept clients"
@@ -101,11 +104,11 @@ def switching(lab):
     lab.expect(answered == CLIENTS, f"{answered} of {CLIENTS} answered")
 
 
-def at_rest(lab, binary=None):
+def at_rest(lab, binary=None, env=None):
     """A server (the student's, or binary) that has served one client and
     holds only its acceptor's fiber: (server, open descriptors, guarded
     stacks, one-page guards, mappings)."""
-    server = lab.start(binary=binary)
+    server = lab.start(binary=binary, env=env)
     lab.expect(get(server.port, "/")[0] == 200, "GET / failed")
     fds = settled(lambda: fd_count(server.pid), "the open descriptors")
     return (server, fds, guarded_stacks(server.pid),
@@ -210,11 +213,84 @@ def served_or_refused(lab, port, pid, base, tally):
             s.close()
 
 
+# A shim (LD_PRELOAD) that counts the blocks malloc has handed out and not
+# had back, in a file the grader reads (LIVE_FILE: one long, mapped shared).
+LIVE_BLOCKS = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+void *__libc_malloc(size_t);
+void *__libc_calloc(size_t, size_t);
+void *__libc_realloc(void *, size_t);
+void *__libc_memalign(size_t, size_t);
+void __libc_free(void *);
+static long early, *live = &early;
+__attribute__((constructor)) static void live_file(void)
+{
+    const char *path = getenv("LIVE_FILE");
+    int fd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+    long *shared;
+    if (fd < 0 || ftruncate(fd, sizeof *shared) < 0)
+        return;
+    shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED,
+                  fd, 0);
+    close(fd);
+    if (shared == MAP_FAILED)
+        return;
+    *shared = early;
+    live = shared;
+}
+static void *counted(void *p)
+{
+    if (p)
+        __atomic_add_fetch(live, 1, __ATOMIC_RELAXED);
+    return p;
+}
+void *malloc(size_t n) { return counted(__libc_malloc(n)); }
+void *calloc(size_t k, size_t n) { return counted(__libc_calloc(k, n)); }
+void *memalign(size_t a, size_t n) { return counted(__libc_memalign(a, n)); }
+void *aligned_alloc(size_t a, size_t n) { return memalign(a, n); }
+int posix_memalign(void **p, size_t a, size_t n)
+{
+    void *q = memalign(a, n);
+    if (!q)
+        return 12; /* ENOMEM */
+    *p = q;
+    return 0;
+}
+void free(void *p)
+{
+    if (p)
+        __atomic_sub_fetch(live, 1, __ATOMIC_RELAXED);
+    __libc_free(p);
+}
+void *realloc(void *p, size_t n)
+{
+    void *q = __libc_realloc(p, n);
+    if (!p && q)
+        __atomic_add_fetch(live, 1, __ATOMIC_RELAXED);
+    else if (p && !n && !q)
+        __atomic_sub_fetch(live, 1, __ATOMIC_RELAXED);
+    return q;
+}
+"""
+
+
 @check(10, f"mprotect() failing: the {REFUSED} clients that came meanwhile "
        "are refused (no stack without a guard), nothing is leaked")
 def guard_fails(lab):
-    server, _, base, _, _ = at_rest(lab)
-    size = status_field(server.pid, "VmSize")  # KiB
+    shim, source = lab.workdir / "live_blocks.so", lab.workdir / "live.c"
+    source.write_text(LIVE_BLOCKS)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
+                    str(source)], check=True, capture_output=True)
+    counts = lab.workdir / "live_blocks"
+    server, _, base, _, _ = at_rest(lab, env={"LD_PRELOAD": str(shim),
+                                              "LIVE_FILE": str(counts)})
+    def blocks():
+        return int.from_bytes(counts.read_bytes()[:8], "little", signed=True)
+    size, held = status_field(server.pid, "VmSize"), blocks()  # KiB, blocks
     served = []
     for error in ERRORS:
         failing(server.pid, "mprotect", error, lambda: [
@@ -222,6 +298,13 @@ def guard_fails(lab):
             for _ in range(REFUSED // 100 // len(ERRORS))])
     refused = REFUSED - sum(served)
     if refused:  # (a client served on a guarded stack was not refused)
+        kept = wait_for(lambda: blocks() - held,
+                        lambda n: n <= REFUSED_BLOCKS, limit=5)
+        lab.expect(kept <= REFUSED_BLOCKS, f"{kept} more blocks malloc'd "
+                   f"and not freed than before {refused} clients were "
+                   "refused (counted by a preloaded malloc): what was taken "
+                   "for a fiber that never ran (its struct, its mapping, "
+                   "all of it) was not given back")
         grown = wait_for(lambda: status_field(server.pid, "VmSize") - size,
                          lambda kib: kib <= REFUSED_KIB, limit=5)
         lab.expect(grown <= REFUSED_KIB, f"{grown} KiB more address space "
@@ -341,24 +424,54 @@ def asan_guards(lab):
                "/proc/$(pgrep -f asan/fibers)/maps under 50 kept clients")
 
 
-@check(5, f"{IDLE} kept clients cost at most {IDLE_KIB} KiB of resident "
-       "memory each: a stack is backed only where it is touched")
+def silent_stacks(server, base):
+    """stacks_seen() while SILENT clients are connected that send nothing,
+    once each has its fiber (TCP_DEFER_ACCEPT hands a silent client over
+    after a second or so) and it has run to its first read."""
+    clients = idle_clients(server.port, SILENT)
+    try:
+        wait_for(lambda: guarded_stacks(server.pid) - base,
+                 lambda n: n >= SILENT, limit=seconds(8))
+        time.sleep(seconds(0.3))
+        return stacks_seen(server.pid)
+    finally:
+        for c in clients:
+            c.close()
+        wait_for(lambda: guarded_stacks(server.pid) - base,
+                 lambda n: n <= 0, limit=seconds(5))
+
+
+@check(5, f"{SILENT} silent clients' stacks resident at the top only, "
+       f"{IDLE} kept clients cost at most {IDLE_KIB} KiB of resident memory "
+       "each: a stack is backed only where it is touched")
 def touched_only(lab):
     raise_open_file_limit()
-    reference = lab.start(binary=build_reference("10_fibers", lab.workdir))
+    page_kib = resource.getpagesize() // 1024
+    reference, _, base, _, _ = at_rest(
+        lab, build_reference("10_fibers", lab.workdir))
+    shallow = max(rss for _, rss, _, _ in silent_stacks(reference, base))
     held, _ = open_clients(reference.port, 50)
     deepest = max(rss for _, rss, _, _ in stacks_seen(reference.pid))
     for c in held:
         c.close()
     reference.stop()
-    server = at_rest(lab)[0]
+    server, _, base, _, _ = at_rest(lab)
+    silent = silent_stacks(server, base)
+    deep = sum(rss > shallow + page_kib for _, rss, _, _ in silent)
+    lab.expect(not deep, f"{deep} of {len(silent)} stacks have more than "
+               f"{shallow + page_kib} KiB resident while {SILENT} silent "
+               "clients are connected, each fiber in its first read (the "
+               f"reference's: {shallow} KiB at most, and a page): a stack "
+               "written (prefaulted?) below what its fiber has used is "
+               "backed all the same; write only the frame the switch pops; "
+               "watch Rss of each stack in /proc/PID/smaps under a few "
+               "`nc 127.0.0.1 8000` left silent")
     before = status_field(server.pid, "VmRSS")
     clients, answered = open_clients(server.port, IDLE)
     each = (status_field(server.pid, "VmRSS") - before) / IDLE
     stacks = stacks_seen(server.pid)
     for c in clients:
         c.close()
-    page_kib = resource.getpagesize() // 1024
     deep = sum(rss > deepest + page_kib for _, rss, _, _ in stacks)
     lab.expect(not deep, f"{deep} of {len(stacks)} stacks under {IDLE} kept "
                f"clients have more than {deepest + page_kib} KiB resident "

@@ -27,24 +27,28 @@ SOMAXCONN = 65535  # the kernel's cap on a queue, raised where the grader
 # may (its own network namespace, as root) so that queue lengths differ
 # as the code asks, not as the cap makes them all 4096
 grader = Grader("reuseport")
-# A shim (LD_PRELOAD) that makes the process's Nth call of one function
-# fail as the kernel would, whichever thread makes it: FAIL_CALL=bind or
-# listen, FAIL_AT=N, with EADDRINUSE.
+# A shim (LD_PRELOAD) that makes one kind of call fail as the kernel would,
+# from the process's Nth on, whichever thread makes it: FAIL_CALL=bind or
+# listen (EADDRINUSE), or SO_REUSEADDR or TCP_NODELAY (a setsockopt() of
+# that option, ENOBUFS), FAIL_FROM=N. From the Nth on, not the Nth alone: a
+# listener's bind() that fails here fails again if tried again (the port's
+# other socket is the server's own first one), so a retry ends in die() too.
 NTH_FAILS = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 static int failing(const char *name)
 {
-    static int calls[2];
-    const char *which = getenv("FAIL_CALL"), *at = getenv("FAIL_AT");
-    int k = strcmp(name, "bind") == 0 ? 0 : 1;
-    if (!which || !at || strcmp(which, name) != 0)
+    static int calls;
+    const char *which = getenv("FAIL_CALL"), *from = getenv("FAIL_FROM");
+    if (!which || !from || strcmp(which, name) != 0)
         return 0;
-    return __atomic_add_fetch(&calls[k], 1, __ATOMIC_SEQ_CST) == atoi(at);
+    return __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST) >= atoi(from);
 }
 int bind(int fd, const struct sockaddr *a, socklen_t n)
 {
@@ -67,6 +71,20 @@ int listen(int fd, int backlog)
         return -1;
     }
     return real(fd, backlog);
+}
+int setsockopt(int fd, int level, int name, const void *v, socklen_t n)
+{
+    static int (*real)(int, int, int, const void *, socklen_t);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "setsockopt");
+    if ((level == SOL_SOCKET && name == SO_REUSEADDR &&
+         failing("SO_REUSEADDR")) ||
+        (level == IPPROTO_TCP && name == TCP_NODELAY &&
+         failing("TCP_NODELAY"))) {
+        errno = ENOBUFS;
+        return -1;
+    }
+    return real(fd, level, name, v, n);
 }
 """
 
@@ -188,10 +206,14 @@ def set_up_alike(lab):
                        f"{'on' if other['TCP_NODELAY'] else 'off'}, the "
                        "first's is on: its clients inherit Nagle's delay (see who "
                        "sets it: strace -f -e trace=setsockopt ./reuseport)")
-            lab.expect(other["queue"] >= first["queue"],
+            lab.expect(other["queue"] == first["queue"],
                        f"listener {k}'s accept queue holds {other['queue']}, "
-                       f"the first's {first['queue']}: a burst overflows it "
-                       "(`ss -ltn 'sport = :8000'`: Send-Q is the queue, "
+                       f"the first's {first['queue']}: not set up as the "
+                       "first (listen(fd, LISTEN_BACKLOG)): "
+                       + ("a burst overflows it" if other["queue"] <
+                          first["queue"] else "the clients the hash gives "
+                          "it wait in a longer line than the others'")
+                       + " (`ss -ltn 'sport = :8000'`: Send-Q is the queue, "
                        "`nstat -az TcpExtListenOverflows` under ab -c 100)")
     finally:
         for sock in socks:
@@ -274,42 +296,64 @@ def restarts_at_once(lab):
                "bind while the last run's connections wait in TIME_WAIT")
 
 
-@check(10, "a listener that cannot be set up stops the server: the 2nd "
-       "bind() or listen() failing exits it, not a loop without its own "
-       "queue; and no listener is closed while the loops start")
+FAILED = {  # what fails, from the 2nd call on, and what it costs a loop
+    "bind": ("bind()", "EADDRINUSE", "a loop without a listener of its own "
+             "(or with another's)"),
+    "listen": ("listen()", "EADDRINUSE", "a loop without a listener of its "
+               "own (or with another's)"),
+    "SO_REUSEADDR": ("setsockopt(SO_REUSEADDR)", "ENOBUFS", "a listener "
+                     "that cannot bind again while the last run's "
+                     "connections wait in TIME_WAIT"),
+    "TCP_NODELAY": ("setsockopt(TCP_NODELAY)", "ENOBUFS", "a listener whose "
+                    "clients get Nagle's delay"),
+}
+
+
+@check(10, "a listener that cannot be set up stops the server: every "
+       "bind(), listen(), setsockopt(SO_REUSEADDR) or (TCP_NODELAY) from "
+       "the 2nd on failing exits it, not a loop with a listener missing, "
+       "borrowed or set up short; each socket has SO_REUSEADDR before its "
+       "bind(), and no listener is closed while the loops start")
 def setup_failures_fatal(lab):
     shim, source = lab.workdir / "nth_fails.so", lab.workdir / "nth_fails.c"
     source.write_text(NTH_FAILS)
     subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
                     str(source), "-ldl"], check=True, capture_output=True)
-    for call in ("bind", "listen"):
+    for call, (name, error, cost) in FAILED.items():
         port = free_port()
         run = subprocess.Popen(
             [str(lab.binary.path), str(port), "127.0.0.1",
              str(lab.redis.port)], cwd=lab.site, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, env={
                 **os.environ, **ENV, "LD_PRELOAD": str(shim),
-                "FAIL_CALL": call, "FAIL_AT": "2"})
+                "FAIL_CALL": call, "FAIL_FROM": "2"})
         try:
             code = run.wait(timeout=seconds(5))
         except subprocess.TimeoutExpired:
             code = None
         finally:
+            up = len(listening_inodes(port))  # what it ran on with
             if run.poll() is None:
                 run.kill()
                 run.wait()
-        lab.expect(code not in (None, 0), f"the 2nd {call}() failed "
-                   "(EADDRINUSE) and the server "
-                   f"{'ran on' if code is None else 'exited 0'}: a loop "
-                   "without a listener of its own (or with another's) is "
-                   f"not the server asked for: check {call}()'s result, and "
-                   "die() as open_listener() does")
+        lab.expect(code not in (None, 0), f"every {name} from the 2nd on "
+                   f"failed ({error}), and the server "
+                   f"{'ran on for 5 s' if code is None else 'exited 0'} "
+                   f"with {up} listening socket(s) on the port for "
+                   f"{LOOPS} loops: {cost} is not the server asked for: "
+                   f"check {name}'s result, and die() as open_listener() "
+                   f"does (see it with strace -f -e inject=" +
+                   ("setsockopt:error=ENOBUFS:when=4+" if "_" in call
+                    else f"{call}:error={error}:when=2+") + f" {RUN[:-2]}"
+                   + (": the first listener's three pass" if "_" in call
+                      else "") + ")")
     # Traced from exec on: the closes of the start-up, each socket named
     # with its address (-yy), until every loop's listener is up.
     port = free_port()
     trace = lab.workdir / "start.strace"
     run = subprocess.Popen(
-        ["strace", "-f", "-qq", "-yy", "-o", str(trace), "-e", "trace=close",
+        ["strace", "-f", "-qq", "-yy", "-o", str(trace), "-e",
+         "trace=close,setsockopt,bind",
          str(lab.binary.path), str(port), "127.0.0.1", str(lab.redis.port)],
         cwd=lab.site, env={**os.environ, **ENV}, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
@@ -327,6 +371,25 @@ def setup_failures_fatal(lab):
         except subprocess.TimeoutExpired:
             run.kill()
             run.wait()
+    # Each socket by its inode (-yy names an unbound one TCP:[inode]):
+    # SO_REUSEADDR set on it before its bind() to the port, or the bind
+    # was made without it (set after, it only matters at the next bind).
+    reuse, early = set(), []
+    for line in upto.splitlines():
+        sock = re.search(r"(setsockopt|bind)\(\d+<TCP\w*:\[(\d+)\]>", line)
+        if sock and sock[1] == "setsockopt" and \
+                re.search(r"SO_REUSEADDR, \[[1-9]", line):
+            reuse.add(sock[2])
+        elif sock and sock[1] == "bind" and f"htons({port})" in line and \
+                sock[2] not in reuse:
+            early.append(line)
+    lab.expect(not early, f"{len(early)} socket(s) bound to the port "
+               "before SO_REUSEADDR was set on them (" +
+               (early[0].split(" ", 1)[-1][:70] if early else "") + "): "
+               "the kernel looks at it at bind(), so these were bound "
+               "without it, and a restart fails while the last run's "
+               "connections wait in TIME_WAIT; set it before bind() (see "
+               f"strace -f -e trace=setsockopt,bind {RUN[:-2]})")
     closed = [line for line in upto.splitlines()
               if re.search(rf"close\(\d+<TCP\w*:\[[^\]]*:{port}\]>", line)]
     lab.expect(not closed, f"a socket on the port was closed while the "
