@@ -44,6 +44,8 @@ IDLE = 5  # seconds: the servers' idle timeout
 REDIS_TIMEOUT = 1  # seconds: a Redis reply overdue, the waiters get 503
 LONE = 20  # requests of a lone client, one after another, per page
 LONE_LIMIT = 5  # seconds for all of them (the reference: about 0.05 s)
+BESIDE = 3  # idle keep-alive clients beside the one busy client
+BESIDE_LIMIT = 2.5  # seconds for its requests: they close after 5 s idle
 ASK = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
 ASK_GUESTBOOK = b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n"
 POST_BODY = b"guest-name=batch&guest-remarks=one+enter+per+turn"
@@ -388,31 +390,47 @@ def full_ring_answers(lab):
 
 @grader.check(5, f"a lone client answered at once: {LONE} requests one "
               f"after another for / and for /guestbook, within {LONE_LIMIT} "
-              "s in all")
+              f"s in all alone, {BESIDE_LIMIT} s beside {BESIDE} idle "
+              "keep-alive clients")
 def lone_client(lab):
     server = ring_server(lab)
     took = []
-    for ask in (ASK.replace(b"/notes.txt", b"/"), ASK_GUESTBOOK):
+    for beside, ask in ((0, ASK.replace(b"/notes.txt", b"/")),
+                        (0, ASK_GUESTBOOK),
+                        (BESIDE, ASK.replace(b"/notes.txt", b"/")),
+                        (BESIDE, ASK_GUESTBOOK)):
+        idle = kept_clients(server.port, beside)  # answered, then silent:
+        answered = responses(idle, 5)  # each with a receive in flight
+        lab.expect(all(r and r.startswith(b"HTTP/1.1 200") for r in answered),
+                   f"{beside} keep-alive clients were not all answered")
         sock = socket.create_connection(("127.0.0.1", server.port),
                                         timeout=seconds(5))
+        limit = BESIDE_LIMIT if beside else LONE_LIMIT
         start = time.monotonic()
         for n in range(LONE):
             sock.sendall(ask)
-            got = responses([sock], LONE_LIMIT)[0]
+            got = responses([sock], limit)[0]
             spent = time.monotonic() - start
             lab.expect(got and got.startswith(b"HTTP/1.1 200") and
-                       spent <= seconds(LONE_LIMIT),
+                       spent <= seconds(limit),
                        f"{ask.split()[1].decode()}: request {n + 1} of "
-                       f"{LONE} from one keep-alive client, one at a time: "
-                       f"{(got or b'nothing')[:20]!r} after {spent:.1f} s in "
-                       f"all (at most {LONE_LIMIT} s; the reference takes "
+                       f"{LONE} from one keep-alive client, one at a time"
+                       + (f", beside {beside} idle keep-alive clients (the "
+                          "only busy one)" if beside else " (alone)") +
+                       f": {(got or b'nothing')[:20]!r} after {spent:.1f} s "
+                       f"in all (at most {limit} s; the reference takes "
                        "about 0.05 s): the loop's enter must wait for one "
-                       "completion (min_complete 1), not for more that a lone "
-                       "client never makes; watch it: time curl -s "
-                       "http://127.0.0.1:8000/ >/dev/null")
+                       "completion (min_complete 1), not for more, which a "
+                       "lone busy client never makes, however many others "
+                       "are connected; watch it: time curl -s "
+                       "http://127.0.0.1:8000/ >/dev/null"
+                       + (f" with {beside} idle curl --keepalive clients "
+                          "connected" if beside else ""))
         took.append(f"{spent:.2f} s")
         sock.close()
-    return f"{' and '.join(took)}"
+        for s in idle:
+            s.close()
+    return f"{', '.join(took)}"
 
 
 def answer(sock, limit=10):
@@ -450,6 +468,22 @@ def content_length(data):
     return 0
 
 
+TAG = r"io_uring_sqe_set_data|user_data\s*="  # a slot's tag set
+
+
+def tags(code, text, depth=3):
+    """Whether text sets a slot's tag: itself, or through a function of
+    code's that it calls (a helper such as tag_sqe(sqe, owner, op), up to
+    depth calls deep)."""
+    if re.search(TAG, text):
+        return True
+    for name in set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", text)):
+        found = function_body(code, name) if depth else None
+        if found and tags(code, found[1], depth - 1):
+            return True
+    return False
+
+
 @grader.check(5, "every slot new_sqe() hands out is tagged with its owner "
               "(source review)")
 def tagged_slots(lab):
@@ -459,11 +493,11 @@ def tagged_slots(lab):
     found = function_body(code_only(text), "new_sqe")
     lab.expect(found, "no new_sqe() found in the source")
     first, body = found
+    code = code_only(text)
     for ret in re.finditer(r"\breturn\b[^;]*;", body):
         taken = [m.end() for m in re.finditer(r"io_uring_get_sqe\s*\(",
                                              body[:ret.end()])]
-        tagged = taken and re.search(r"io_uring_sqe_set_data|user_data\s*=",
-                                     body[taken[-1]:ret.start()])
+        tagged = taken and tags(code, body[taken[-1]:ret.end()])
         line = first + body.count("\n", 0, ret.start())
         lab.expect(not taken or tagged, f"new_sqe() line {line} returns a "
                    "slot taken with io_uring_get_sqe() and not tagged since "

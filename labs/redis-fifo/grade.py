@@ -17,9 +17,10 @@ import subprocess
 import time
 import urllib.parse
 
-from grading import (Grader, ab_said, asking_clients,  # labs/grading.py
-                     failing, get, keepalive_load, raise_open_file_limit,
-                     seconds, status_field, stopped, strace_count)
+from grading import (Grader, _strace, ab_said,  # labs/grading.py
+                     asking_clients, failing, get, keepalive_load,
+                     raise_open_file_limit, seconds, status_field, stopped,
+                     strace_count)
 
 STATIC_LIMIT = 0.3  # seconds for a static page while Redis is stalled
 WAITERS = 3  # guestbook requests parked on the stalled Redis
@@ -35,6 +36,7 @@ BACKOFF_MAX = 2.0  # the longest backoff (REDIS_BACKOFF_MAX_MS)
 BACK = BACKOFF_MAX + 1.0  # seconds after Redis is back: pages are 200 again
 SENDS = 1.5  # send() calls per guestbook page: its answer, and a share of
 # the one send a loop turn makes to Redis for every command queued in it
+TOGETHER = 20  # pages arriving in one loop turn: one send to Redis for all
 FIFO_SLOTS = 64  # FIFO_INITIAL: a FIFO that cannot grow holds this many
 AT_ONCE_PAGES = 200  # guestbook pages at once: more waiters than that
 PAUSE_PAGES = 1500  # pages waiting out a pause: more than MAX_EVENTS (1,024)
@@ -46,6 +48,7 @@ POSTS = 1000  # big posts arriving in one loop turn: more than the 4 MiB
 REMARK = "\u20ac" * 2000  # output buffer holds (6 KB of command each)
 FITS = 250  # of them answered 303 at least: about 680 fit in 4 MiB
 LEAK_PAGES = 20000  # keep-alive guestbook pages: nothing kept per page
+GHOSTS = [f"ghost{k}" for k in range(8)]  # posts answered 503 in a backoff
 # A malloc() that fails for the FIFO's first growth (64 -> 128 pointers,
 # 1,024 bytes) and nothing else the server asks for: fault injection.
 NO_GROWTH = """#include <errno.h>
@@ -391,8 +394,29 @@ def connect_never_blocks(lab):
         holder.close()
 
 
+def redis_sends_in_turns(text):
+    """From strace's lines of the loop's epoll_wait and sendto calls (one
+    thread): the loop turns that sent to Redis twice, the first send taking
+    all it was given (a second one then is not the rest of a partial send
+    but a send of its own), and the turns that sent to Redis at all."""
+    doubled, sending, sends = 0, 0, []
+    for line in text.splitlines() + ["epoll_wait("]:
+        if line.startswith(("epoll_wait(", "epoll_pwait(")):
+            full = [whole for whole, _ in sends]
+            doubled += any(full[:-1])
+            sending += bool(sends)
+            sends = []
+            continue
+        found = re.match(r'sendto\(\d+, "\*.*, (\d+), [^,]+, NULL, 0\)'
+                         r"\s+=\s+(-?\d+)", line)
+        if found:  # a RESP command: a send to Redis
+            sends.append((found[1] == found[2], line))
+    return doubled, sending
+
+
 @grader.check(5, f"commands go to Redis together: at most {SENDS} send() "
-              "calls per guestbook page under ab -k -c 50")
+              "calls per guestbook page under ab -k -c 50, and pages that "
+              "come in one loop turn share one send")
 def one_send_per_turn(lab):
     server = lab.start()
     link_ready(lab, server)
@@ -405,6 +429,27 @@ def one_send_per_turn(lab):
                "command in the link's output buffer, which the loop sends "
                "once a turn for all (the pipelining); watch: strace -c -e "
                "trace=sendto -p PID under ab -k -n 2000 -c 50 .../guestbook")
+    statuses = []
+
+    def together():  # the link idle, then TOGETHER pages in one loop turn
+        with stopped(server.pid):
+            socks = send_page_requests(server.port, TOGETHER)
+        for s in socks:
+            s.settimeout(seconds(5))
+        statuses.extend(status_of_or_0(s) for s in socks)
+
+    doubled, sending = redis_sends_in_turns(_strace(
+        server.pid, ["epoll_wait", "epoll_pwait", "sendto"], together))
+    lab.expect(statuses == [200] * TOGETHER, f"{TOGETHER} pages in one loop "
+               f"turn were answered {sorted(set(statuses))}")
+    lab.expect(sending and not doubled, f"{TOGETHER} pages came in one loop "
+               f"turn on an idle link: {doubled} of {sending} loop turns "
+               "sent to Redis twice (a send of its own for the first "
+               "command, when nobody waited, and the turn's send for the "
+               "others?): redis_queue() only queues, and the loop's one "
+               "redis_send() a turn carries every command of it; watch: "
+               "strace -e trace=epoll_wait,sendto -p PID during ab -n 20 "
+               "-c 20 .../guestbook")
     return f"{per:.2f} per page"
 
 
@@ -505,6 +550,23 @@ def no_leak_per_page(lab):
     return f"{grown:+} KiB"
 
 
+def post_named(name, remark):
+    """A POST /guestbook (Connection: close) by guest `name`."""
+    body = f"guest-name={name}&guest-remarks={remark}".encode()
+    return (b"POST /guestbook HTTP/1.1\r\nHost: x\r\nConnection: close"
+            b"\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
+
+def status_of_or_0(sock):
+    """status_of(sock), 0 if it timed out or failed."""
+    try:
+        return status_of(sock)
+    except OSError:
+        sock.close()
+        return 0
+
+
 def big_post():
     """A POST /guestbook with a 2,000-character remark (a 6 KB command)."""
     body = ("guest-name=big&guest-remarks=" +
@@ -596,18 +658,50 @@ def no_leak_per_reconnect(lab):
     return f"{grown:+} KiB"
 
 
-@grader.check(5, "Redis's socket() failing: the page gets its 503 at once")
+@grader.check(5, "Redis's socket() failing: pages and posts answered 503 at "
+              "once, and none of them reaches Redis once it works again")
 def connect_fails_at_once(lab):
     server = lab.start()  # no link yet: the first page connects
-    got = []
-    failing(server.pid, "socket", "EMFILE", lambda: got.extend(
-        answer_times(server.port, 3, 0.3, limit=2)))
+    got, posts = [], []
+
+    def refused():
+        got.extend(answer_times(server.port, 3, 0.3, limit=2))
+        # Posts in one loop turn: the first finds the backoff over and its
+        # connect fails at once (socket()), or the backoff still runs; the
+        # others come while it does, whatever the machine's pace.
+        with stopped(server.pid):
+            for name in GHOSTS:
+                posts.extend(asking_clients(server.port, 1, post_named(
+                    name, "backoff")))
+        for s in posts:
+            s.settimeout(seconds(REPLY_LIMIT))
+        posts[:] = [status_of_or_0(s) for s in posts]
+
+    failing(server.pid, "socket", "EMFILE", refused)
     slow = [(st, took) for st, took in got
             if st != 503 or took is None or took > seconds(AT_ONCE)]
     lab.expect(not slow, f"{len(slow)} of 3 pages not answered 503 within "
                f"{AT_ONCE} s while socket() failed (EMFILE): when "
                "redis_connect() fails there is no link to wait on; answer "
                "at once")
+    lab.expect(posts == [503] * len(GHOSTS), f"{len(GHOSTS)} posts in one "
+               f"loop turn while socket() failed were answered {posts} "
+               f"within {REPLY_LIMIT} s: each one 503, with no link")
+    back = time.monotonic()  # socket() works again: the link comes back
+    while (time.monotonic() - back < seconds(BACK) and
+           get(server.port, "/guestbook")[0] != 200):
+        time.sleep(0.1)
+    entries = lab.redis.command("LRANGE", "guestbook:remarks", 0, -1) or []
+    ghosts = sorted(name for name in GHOSTS
+                    if any(name in entry for entry in entries))
+    lab.expect(not ghosts, f"{len(ghosts)} of {len(GHOSTS)} posts answered "
+               f"503 while the link backed off were saved once it was back "
+               f"({', '.join(ghosts)}): a command left in rd->out on the way "
+               "to a 503 goes to Redis on the next link, for a client "
+               "already answered, and every later reply goes to the wrong "
+               "client; look at the link (rd->retry_at) before formatting, "
+               "or cut the command back out")
+    consecutive(lab, server, "after socket() failed and worked again")
 
 
 @grader.check(5, f"the guestbook works: {AT_ONCE_PAGES} pages at once, a "
