@@ -8,20 +8,30 @@ touched in reserve), with a guard page below every stack (an overflow
 must fault, not overwrite). The sizes are read from the server's own
 memory map, whatever sets them."""
 
+import mmap
 import re
 import resource
+import struct
 import subprocess
 import time
+from pathlib import Path
 
-from grading import (Grader, HeldClients, Unmet, ab_said,  # labs/grading.py
-                     footprint, get, idle_clients, kept_clients, no_leak,
-                     raise_open_file_limit, seconds, status_field,
+from grading import (Grader, HeldClients, Unmet, _strace,  # labs/grading.py
+                     ab_said, code_only, footprint, function_body, get,
+                     idle_clients, kept_clients, no_leak,
+                     raise_open_file_limit, seconds, smaps, status_field,
                      thread_stacks, wait_for)
 from rawhttp import FORM_HEAD, Connection
 
 IDLE = 300  # idle keep-alive clients: a thread (and a stack) each
 LIMIT_KB = 1024  # virtual memory per thread: a 64 KiB stack is far below
 STACK_KB = 256  # the stack alone: "well under 1 MiB", a quarter at most
+# Address space before any client: the reference holds about 3 MiB. Stacks
+# reserved ahead of clients (a ring of slots mapped at start) are address
+# space all the same; and under this bound a ring has at most 3,276 slots
+# (16 KiB stacks, a 4 KiB guard each), which SERIAL connections beside a
+# client that stays go round.
+IDLE_KB = 64 * 1024
 MARGIN = 2  # a stack at least this many times the deepest use seen
 DEEP = 20  # clients at once, each through the deepest requests
 CROWD = 2500  # clients at once, past any fixed number of stacks kept ready
@@ -34,6 +44,16 @@ REFUSAL_SLACK_KB = 4096  # must leave nothing behind either
 STACK_RLIMITS = (("unlimited", resource.RLIM_INFINITY), ("1024 KiB", 1 << 20))
 SERIAL = 5000  # connections one after another: none may leave memory
 # behind, nor take the stack of a client that stays
+# Heap blocks in use (malloc minus free, counted by a preloaded library)
+# after SERIAL connections: a block lost per connection, however small (a
+# 4-byte int for the thread's argument), is SERIAL more; what a thread
+# keeps cached stays far below this.
+BLOCK_SLACK = 250
+# A thread's exit() held this long (strace), as a busy machine may hold a
+# thread between the end of its function and its exit: a client that comes
+# meanwhile must get another stack. Three times over.
+EXIT_HELD_S = 2
+HANDOFFS = 3
 # One malloc arena for all threads: glibc otherwise reserves 64 MiB of
 # address space per arena (up to 8 per core), which would swamp the stacks.
 ENV = {"MALLOC_ARENA_MAX": "1"}
@@ -45,6 +65,95 @@ MAX_FORM = (b"guest-name=" + b"%E4%B8%80" * 100 + b"&guest-remarks=" +
 WATCH = ("watch: ./threaded 8000 & then grep -E 'Threads|VmSize' "
          "/proc/$!/status and the stacks' Size and Rss in /proc/$!/smaps")
 grader = Grader("stacks")
+# Counts the heap blocks in use (every malloc, calloc, realloc and aligned
+# allocation that succeeded, less every free) into a file the grader maps:
+# a leak of a few bytes per connection is plain in the count long before
+# it is in the address space (glibc grows the heap in 128 KiB steps).
+BLOCK_COUNTER = r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void __libc_free(void *);
+extern void *__libc_memalign(size_t, size_t);
+extern void *__libc_valloc(size_t);
+extern void *__libc_pvalloc(size_t);
+static long early, *live = &early;
+static void *counted(void *p)
+{
+    if (p)
+        __atomic_add_fetch(live, 1, __ATOMIC_RELAXED);
+    return p;
+}
+__attribute__((constructor)) static void share(void)
+{
+    const char *path = getenv("LAB_BLOCK_COUNTER");
+    int fd = path ? open(path, O_RDWR) : -1;
+    if (fd < 0)
+        return;
+    long *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
+                        MAP_SHARED, fd, 0);
+    close(fd);
+    if (shared != MAP_FAILED) {
+        *shared = early;
+        live = shared;
+    }
+}
+void *malloc(size_t n) { return counted(__libc_malloc(n)); }
+void *calloc(size_t k, size_t n) { return counted(__libc_calloc(k, n)); }
+void free(void *p)
+{
+    if (p)
+        __atomic_sub_fetch(live, 1, __ATOMIC_RELAXED);
+    __libc_free(p);
+}
+void *realloc(void *p, size_t n)
+{
+    void *q = __libc_realloc(p, n);
+    if (!p)
+        return counted(q);
+    if (!q && n == 0) /* freed */
+        __atomic_sub_fetch(live, 1, __ATOMIC_RELAXED);
+    return q;
+}
+void *memalign(size_t a, size_t n) { return counted(__libc_memalign(a, n)); }
+void *aligned_alloc(size_t a, size_t n)
+{
+    return counted(__libc_memalign(a, n));
+}
+void *valloc(size_t n) { return counted(__libc_valloc(n)); }
+void *pvalloc(size_t n) { return counted(__libc_pvalloc(n)); }
+int posix_memalign(void **out, size_t a, size_t n)
+{
+    if (a % sizeof(void *) || (a & (a - 1)))
+        return EINVAL;
+    void *p = counted(__libc_memalign(a, n));
+    if (!p)
+        return ENOMEM;
+    *out = p;
+    return 0;
+}
+"""
+
+
+def block_counter(lab):
+    """The counting library, built, and its counter file: (env to start
+    the server with, a function that reads the count)."""
+    shim, source = lab.workdir / "blocks.so", lab.workdir / "blocks.c"
+    counter = lab.workdir / "blocks.count"
+    source.write_text(BLOCK_COUNTER)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
+                    str(source)], check=True, capture_output=True)
+    counter.write_bytes(bytes(mmap.PAGESIZE))
+    with counter.open("r+b") as file:
+        view = mmap.mmap(file.fileno(), mmap.PAGESIZE)
+    return ({"LD_PRELOAD": str(shim), "LAB_BLOCK_COUNTER": str(counter)},
+            lambda: struct.unpack_from("q", view)[0])
 
 
 def start(lab, env=ENV):
@@ -130,11 +239,17 @@ def alive(lab, server, doing):
                "/guestbook")
 
 
-@grader.check(30, f"at most {LIMIT_KB} KiB of address space per thread with "
-              f"{IDLE} idle clients, a stack at most {STACK_KB} KiB")
+@grader.check(25, f"at most {IDLE_KB // 1024} MiB of address space before "
+              f"any client, {LIMIT_KB} KiB more per thread with {IDLE} idle "
+              f"clients, a stack at most {STACK_KB} KiB")
 def small_stacks(lab):
     server = start(lab)
     before = status_field(server.pid, "VmSize")
+    lab.expect(before <= IDLE_KB, f"{before} KiB of address space before "
+               f"any client (at most {IDLE_KB}): stacks reserved ahead of "
+               "the clients (a ring of slots mapped at start?) are address "
+               "space all the same, and a thread must not outlive its "
+               f"slot; {WATCH}")
     clients = idle_clients(server.port, IDLE)
     threads = threads_for(lab, server, IDLE)
     time.sleep(seconds(0.2))
@@ -277,18 +392,110 @@ def crowd(lab):
     alive(lab, server, f"{len(FILES)} keep-alive loads at once")
 
 
+def stack_users(pid):
+    """{start of a guarded stack mapping: [thread ids]} for the threads of
+    pid whose stack pointer is in it now (/proc/PID/task/TID/syscall gives
+    a blocked thread's: the last fields are its sp and pc)."""
+    page = resource.getpagesize()
+    maps = smaps(pid)
+    stacks = [(start, end) for below, (start, end, perms, anonymous, _)
+              in zip(maps, maps[1:]) if perms == "rw-p" and anonymous and
+              below[2] == "---p" and below[1] == start and
+              below[1] - below[0] == page]
+    users = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "syscall").read_text().split()
+        except OSError:
+            continue  # gone meanwhile
+        if len(fields) < 3:
+            continue  # running: no stack pointer to read
+        sp = int(fields[-2], 16)
+        for start, end in stacks:
+            if start <= sp < end:
+                users.setdefault(start, []).append(int(task.name))
+    return users
+
+
+def in_exit(pid):
+    """The threads of pid held at their exit() (syscall 60)."""
+    held = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "syscall").read_text().split()[0] == "60":
+                held.append(int(task.name))
+        except (OSError, IndexError):
+            pass
+    return held
+
+
+@grader.check(5, "a thread slow to exit keeps its stack: a client that "
+              "comes meanwhile runs on another")
+def handoff(lab):
+    server = start(lab)
+    ask = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+    shared, held, step = [], [], "connecting"
+
+    def rounds():
+        nonlocal step
+        for k in range(HANDOFFS):
+            step = f"round {k + 1}: the client that leaves"
+            before = set(in_exit(server.pid))
+            with Connection(server.port, timeout=seconds(5)) as leaving:
+                leaving.send(ask)
+                leaving.read_response()
+            left = wait_for(lambda: set(in_exit(server.pid)) - before,
+                            bool, limit=EXIT_HELD_S / 2)
+            held.append(bool(left))
+            step = f"round {k + 1}: the client that comes"
+            with Connection(server.port, timeout=seconds(5)) as coming:
+                coming.send(ask)
+                coming.read_response()
+                shared.extend(tids for tids in stack_users(server.pid)
+                              .values() if len(tids) > 1)
+            if shared:
+                return
+
+    try:
+        _strace(server.pid, ["exit"], rounds, "-f", "-e",
+                f"inject=exit:delay_enter={int(seconds(EXIT_HELD_S) * 1e6)}")
+    except (OSError, AssertionError):
+        alive(lab, server, f"{step}, a thread held at its exit")
+        raise
+    lab.expect(not shared, f"threads {shared[0] if shared else ''} run on "
+               "one stack: a thread held at its exit (strace) still runs on "
+               "the stack that a client who came meanwhile was given (a "
+               "stack handed back before its thread has exited: glibc's "
+               "own exit code still runs on it, and the kernel clears the "
+               "thread id in it at exit); watch: grep -A1 ---p "
+               "/proc/PID/maps and each thread's sp in "
+               "/proc/PID/task/*/syscall")
+    alive(lab, server, "clients while a thread was held at its exit")
+    server.stop()
+    return f"{sum(held)} of {len(held)} threads held at exit, no stack shared"
+
+
 @grader.check(10, f"{SERIAL} connections one after another, then "
               f"{REFUSALS} refused ones, leave no memory behind, beside a "
               "client that stays")
 def no_leaks(lab):
-    server = start(lab)
+    env, blocks = block_counter(lab)
+    server = start(lab, {**ENV, **env})
     with HeldClients(server.port, 1) as held:  # its thread stays, asleep
+        first = blocks()
         grown = no_leak(lab, server, SERIAL, watch=WATCH)  # on its stack
+        more = wait_for(lambda: blocks() - first,
+                        lambda n: n <= BLOCK_SLACK, limit=5)
     alive(lab, server, f"{SERIAL * 6 // 5} connections one after another "
           "beside a keep-alive client")
     lab.expect(held.answered and not held.errors, "a keep-alive client "
                f"asking every 0.5 s meanwhile: {'; '.join(held.errors[:1])}"
                " (its thread's stack given to another thread?)")
+    lab.expect(more <= BLOCK_SLACK, f"{more:+} heap blocks in use (malloc "
+               f"less free, at most {BLOCK_SLACK}) after {SERIAL * 6 // 5} "
+               "connections one after another: a block allocated for each "
+               "connection (the thread's argument?) is never freed; watch: "
+               "valgrind --leak-check=full ./threaded 8000")
     refused(lab, server, REFUSALS // 5)
     before = footprint(server.pid)[0]
     refused(lab, server, REFUSALS)
@@ -298,7 +505,8 @@ def no_leaks(lab):
                f"space after {REFUSALS} refused requests (414) one after "
                f"another (at most {REFUSAL_SLACK_KB}): a lingering close "
                f"leaves something behind; {WATCH}")
-    return f"{grown}; {grown_kb:+} KiB after {REFUSALS} refusals"
+    return (f"{grown}, {more:+} heap blocks; {grown_kb:+} KiB after "
+            f"{REFUSALS} refusals")
 
 
 def failures(done):
@@ -326,7 +534,48 @@ def refused(lab, server, count):
         lab.expect(status == 414, f"a 5,000-byte target answered {status}")
 
 
-@grader.check(10, "pages and the guestbook still served; a clean stop")
+# Writable static arrays the starter itself keeps in a function (a
+# constant one in truth, never written): (function, name).
+STARTER_STATICS = {("format_form_page", "uncounted")}
+
+
+def function_names(code):
+    """{name: (first line, body)} of every function defined in code."""
+    found = {}
+    for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\([^;{}()]*(?:\([^()]*\)"
+                         r"[^;{}()]*)*\)\s*\{", code):
+        if m[1] not in ("if", "while", "for", "switch") and m[1] not in found:
+            body = function_body(code, m[1])
+            if body:
+                found[m[1]] = body
+    return found
+
+
+@grader.check(5, "no function keeps a writable buffer in static storage "
+              "(a source review): every thread would share it")
+def shared_buffers(lab):
+    lab.expect(lab.source is not None, "the grader was not given the "
+               "source to review (tools/lab grade passes --src)")
+    text = lab.source.read_text(errors="replace")
+    code, lines = code_only(text), text.splitlines()
+    for name, (first, body) in function_names(code).items():
+        for m in re.finditer(r"\bstatic\b([^;{}()]*?)\b([A-Za-z_]\w*)\s*\[",
+                             body):
+            if (re.search(r"\b(const|_Thread_local|__thread|thread_local)\b",
+                          m[1]) or (name, m[2]) in STARTER_STATICS):
+                continue
+            line = first + body.count("\n", 0, m.start())
+            lab.expect(False, f"{name}() keeps {m[2]}[] in static storage: "
+                       "one buffer that every thread writes at once, so a "
+                       "request can be answered with another's bytes (a "
+                       f"torn header, another file): line {line}: "
+                       f"{lines[line - 1].strip()[:80]!r}; a buffer stays "
+                       "on the stack (it is what the stack is for) or on "
+                       "the heap, per thread")
+    return "no static buffer"
+
+
+@grader.check(5, "pages and the guestbook still served; a clean stop")
 def still_serves(lab):
     server = start(lab)
     for path in ("/", "/guestbook", "/style.css"):

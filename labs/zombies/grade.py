@@ -18,15 +18,25 @@ import socket
 import subprocess
 import threading
 import time
+from types import SimpleNamespace
 
 from grading import (C_WORDS, Grader, HeldClients,  # labs/grading.py
-                     Unmet, _strace, asking_clients, code_only, cpu_seconds,
-                     function_body, get, idle_clients, live_children,
-                     review_handlers, seconds, slowed, stopped,
-                     strace_returns, wait_for, zombie_children)
+                     Unmet, _strace, ab_said, asking_clients, code_only,
+                     cpu_seconds, function_body, get, idle_clients,
+                     live_children, review_handlers, seconds, slowed,
+                     stopped, wait_for, zombie_children)
 from rawhttp import Connection  # tests/rawhttp.py
 
 BURST = 500  # children that exit while the server cannot run: one SIGCHLD
+# An idle server's child, once it has answered and exited, is reaped within
+# this many seconds (not stretched by TIMEOUT): SIGCHLD interrupts accept()
+# at once; a server deaf to it waits for accept()'s 1 s timeout.
+IDLE_REAP_S = 0.5
+IDLE_ROUNDS = 3
+# waitpid() calls that return no PID, in one turn of the loop, at most: the
+# one that ends a pass says 0 or -1 (a handler that reaps too, or a second
+# pass, may add one or two); a call per child polls every live one.
+FRUITLESS = 4
 LOAD = ["-n", "3000", "-c", "50"]  # ab: 50 connections at a time
 PILED = 300  # zombies at once during that load, at most
 SERIAL = 40  # requests one after another
@@ -42,24 +52,43 @@ grader = Grader("zombies")
 launcher_hit = []
 
 
+# The reaping calls: waitpid(), wait() and wait3() are wait4 to the kernel;
+# waitid() collects an exit status as well, and counts the same.
+REAPERS = ["wait4", "waitid"]
+
+
+def reaped_pid(line):
+    """The PID that one reaping call in strace's output collected (0 for
+    none, -1 for an error), or None if the line is no such call (a signal,
+    another call, one that strace cut short). waitid() returns 0 and puts
+    the PID in its siginfo (si_pid; strace prints {} when none)."""
+    call = re.match(r"(wait4|waitid)\((.*)\)\s+=\s+(-?\d+)", line)
+    if not call:
+        return None
+    value = int(call[3])
+    if call[1] == "waitid" and value == 0:
+        found = re.search(r"si_pid=(\d+)", call[2])
+        return int(found[1]) if found else 0
+    return value
+
+
 def turns(pid, during):
     """Runs during() while strace watches pid's main thread accept and
-    reap: [accept's return, waitpid() calls, PIDs they returned] for each
-    accept4()/accept() call, counting the calls after it and before the
-    next accept, in order (the first entry, None, holds what came before
-    the first accept)."""
+    reap: [accept's return, waitpid() (or waitid()) calls, PIDs they
+    returned] for each accept4()/accept() call, counting the calls after
+    it and before the next accept, in order (the first entry, None, holds
+    what came before the first accept)."""
     found = [[None, 0, 0]]
-    for line in _strace(pid, ["wait4", "accept4", "accept"],
+    for line in _strace(pid, [*REAPERS, "accept4", "accept"],
                         during).splitlines():
-        call = re.match(r"(wait4|accept4?)\(.*\)\s+=\s+(-?\d+|\?)", line)
-        if not call:
-            continue  # a signal, or a call strace cut short
-        value = int(call[2]) if call[2] != "?" else -1
-        if call[1] == "wait4":
+        reaped = reaped_pid(line)
+        if reaped is not None:
             found[-1][1] += 1
-            found[-1][2] += value > 0
-        else:
-            found.append([value, 0, 0])
+            found[-1][2] += reaped > 0
+            continue
+        call = re.match(r"accept4?\(.*\)\s+=\s+(-?\d+)", line)
+        if call:
+            found.append([int(call[1]), 0, 0])
     return found
 
 
@@ -104,7 +133,7 @@ def zombies_gone(lab, server, what, limit=2):
                f"{what}; {WATCH}")
 
 
-@grader.check(25, f"{BURST} children exit at once (one SIGCHLD): all reaped "
+@grader.check(20, f"{BURST} children exit at once (one SIGCHLD): all reaped "
               "in one pass")
 def bursts(lab):
     server = lab.start()
@@ -122,12 +151,15 @@ def bursts(lab):
                    "reap) watch: ps -o pid,stat,wchan --ppid PID while they "
                    "connect")
         children = live_children(server.pid)
+        killed = children[::10]
         with stopped(server.pid):  # the exits pile up; signals do not queue
+            for pid in killed:  # a few die of a signal instead: first, so
+                with contextlib.suppress(ProcessLookupError):  # that none
+                    os.kill(pid, signal.SIGKILL)  # has exited already
+            wait_for(lambda: len(zombie_children(server.pid)),
+                     lambda n: n >= len(killed), limit=5)
             for client in clients:
                 client.close()
-            for pid in children[::10]:  # a few die of a signal instead
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
             piled[0] = wait_for(lambda: len(zombie_children(server.pid)),
                                 lambda n: n >= BURST, limit=5)
         zombies_gone(lab, server, f"{BURST} children exited at once, every "
@@ -135,14 +167,24 @@ def bursts(lab):
                      "them: a fixed batch or table, or a loop that stops at "
                      "a child killed by a signal?)")
 
-    one_pass = max(reaped for _, _, reaped in turns(server.pid, burst))
+    seen = turns(server.pid, burst)
+    one_pass = max(reaped for _, _, reaped in seen)
     lab.expect(one_pass >= piled[0], f"{piled[0]} children had exited when "
                f"the server resumed, but it reaped at most {one_pass} of "
                "them between two accept()s (the rest waited for a later "
                "turn): collect until waitpid() says nothing more (0 or -1), "
                "not a fixed batch or table; watch: strace -e "
                "trace=wait4,accept4 -p PID")
-    return f"{one_pass} of {piled[0]} zombies reaped in one pass"
+    fruitless = max(calls - reaped for _, calls, reaped in seen)
+    lab.expect(fruitless <= FRUITLESS, f"{fruitless} waitpid() calls that "
+               "collected nothing in one turn of the loop (between two "
+               f"accept()s) while {BURST} children were serving (at most "
+               f"{FRUITLESS}): a call per child, a table of PIDs polled one "
+               "by one? That costs every turn a call per live child, and a "
+               "table full holds no more: waitpid(-1, ...) asks for any "
+               "child at once; watch: strace -c -e trace=wait4 -p PID")
+    return (f"{one_pass} of {piled[0]} zombies reaped in one pass; at most "
+            f"{fruitless} fruitless waitpid() calls a turn")
 
 
 @grader.check(15, f"ab {' '.join(LOAD)}: every request served, no zombie "
@@ -172,8 +214,9 @@ def under_load(lab):
         counter.join()
     done = done[0]
     lab.expect(done.returncode == 0 and "Failed requests:        0"
-               in done.stdout, "ab failed: " + done.stdout[-300:] +
-               done.stderr[-300:])
+               in done.stdout, "ab failed: " + ab_said(done) +
+               (f" (the server exited, status {server.proc.poll()})"
+                if server.proc.poll() is not None else ""))
     zombies_gone(lab, server, f"ab {' '.join(LOAD)} ended (the server "
                  "was started with SIGCHLD blocked, as a parent may start "
                  "it: the loop reaps each turn, signal or not)")
@@ -186,7 +229,7 @@ def under_load(lab):
     skipped = sum(not calls for calls in served)
     lab.expect(not skipped, f"{skipped} of {len(served)} turns of the "
                "accept loop (an accept() that returned a client, then the "
-               "next accept()) called no waitpid() during ab "
+               "next accept()) called no waitpid() (nor waitid()) during ab "
                f"{' '.join(LOAD)} with SIGCHLD blocked: the zombies pile up "
                "between reaps (each holds a PID); reap on every turn, not "
                "every Nth or only when accept() fails; watch: strace -e "
@@ -211,6 +254,31 @@ def never_blocks(lab):
     lab.expect(not held.errors, "; ".join(held.errors[:1]))
 
 
+@grader.check(5, f"an idle server reaps a child within {IDLE_REAP_S} s of "
+              f"its answer ({IDLE_ROUNDS} times): SIGCHLD interrupts accept()")
+def idle_reap(lab):
+    server = lab.start()
+    slowest = 0
+    for k in range(IDLE_ROUNDS):
+        served(lab, server, "/notes.txt")  # HTTP/1.0: its child then exits
+        answered = time.monotonic()
+        left = wait_for(lambda: len(zombie_children(server.pid)) +
+                        len(live_children(server.pid)), lambda n: n == 0,
+                        limit=IDLE_REAP_S / seconds(1))
+        took = time.monotonic() - answered
+        lab.expect(left == 0, f"{left} child (zombie or exiting) still "
+                   f"there {IDLE_REAP_S} s after its answer, on an idle "
+                   f"server (request {k + 1} of {IDLE_ROUNDS}): the exit "
+                   "waits for the next client or accept()'s 1 s timeout; "
+                   "SIGCHLD must interrupt accept() (a handler installed "
+                   "without SA_RESTART, as the starter's on_child) so that "
+                   "the loop reaps at once; watch: curl -s -o /dev/null "
+                   "http://127.0.0.1:8000/; ps -o pid,stat --ppid PID")
+        slowest = max(slowest, took)
+        time.sleep(0.2)
+    return f"reaped within {slowest:.2f} s of the answer"
+
+
 @grader.check(10, f"waitpid() collects each of {SERIAL} children's exit "
               "status")
 def collects_statuses(lab):
@@ -223,18 +291,20 @@ def collects_statuses(lab):
                  lambda n: n == 0, limit=3)
         served(lab, server)  # one more turn of the loop after the last exit
 
-    returned = strace_returns(server.pid, "wait4", serve_serially)
+    returned = [pid for pid in map(reaped_pid, _strace(
+        server.pid, REAPERS, serve_serially).splitlines()) if pid is not None]
     reaped = [pid for pid in returned if pid > 0]
     left = len(zombie_children(server.pid))
-    lab.expect(len(reaped) >= SERIAL, f"waitpid() returned {len(reaped)} "
+    lab.expect(len(reaped) >= SERIAL, f"waitpid() (or waitid()) returned "
+               f"{len(reaped)} "
                f"children's PIDs for {SERIAL + 1} children" + (
                    f", failed {returned.count(-1)} times, and {left} are "
                    "still zombies: it asks for none of the server's "
                    "children (-PID means process group PID, not the "
                    "children of PID)" if left else ": the rest were never "
-                   "collected by waitpid() (SIGCHLD ignored, or "
+                   "collected by waitpid() or waitid() (SIGCHLD ignored, or "
                    "SA_NOCLDWAIT: their exit statuses are lost)")
-               + "; watch: strace -e trace=wait4,rt_sigaction -p PID")
+               + "; watch: strace -e trace=wait4,waitid,rt_sigaction -p PID")
 
 
 @grader.check(10, f"a child that exits while waitpid() is under way is "
@@ -260,7 +330,7 @@ def no_lost_wakeup(lab):
                 stranded.append(left)
                 return
 
-    slowed(server.pid, "wait4", SLOWED, exit_while_reaping)
+    slowed(server.pid, ",".join(REAPERS), SLOWED, exit_while_reaping)
     lab.expect(not stranded, f"a zombie {seconds(2 + 4 * SLOWED):.0f} s "
                "after a child exited while the reaper ran (each waitpid() "
                f"returned {SLOWED} s late: strace -e inject=wait4:"
@@ -308,8 +378,23 @@ def stops_while_serving(lab):
     return f"stopped in {took:.1f} s"
 
 
-@grader.check(5, "the signal handler is async-signal-safe (source review)")
+@grader.check(5, "the signal handler is async-signal-safe (source review, "
+              "macros expanded)")
 def safe_handler(lab):
+    note = reviewed(lab)
+    expanded = expanded_source(lab)
+    if expanded is not None:  # a call a macro hides is a call all the same
+        try:
+            reviewed(SimpleNamespace(source=expanded, expect=lab.expect))
+        except Unmet as unmet:
+            raise Unmet(f"{unmet} (the line as the preprocessor expands "
+                        "it, cc -E: a macro that hides a call is reviewed "
+                        "as that call)") from None
+    return note or "every handler call is async-signal-safe; errno kept"
+
+
+def reviewed(lab):
+    """review_handlers, but errno path by path (keeps_errno)."""
     try:  # the calls; errno is reviewed below, path by path
         note = review_handlers(lab)
     except Unmet as unmet:
@@ -317,7 +402,35 @@ def safe_handler(lab):
             raise
         note = None
     keeps_errno(lab)
-    return note or "every handler call is async-signal-safe; errno kept"
+    return note
+
+
+def expanded_source(lab):
+    """The student's file as the preprocessor expands it (cc -E), its own
+    lines only, each at its line number, errno written as errno: a file
+    in the check's work dir, or None if it does not preprocess."""
+    done = subprocess.run(["cc", "-E", "-std=gnu11", str(lab.source)],
+                          capture_output=True, text=True,
+                          cwd=lab.source.parent)
+    if done.returncode != 0:
+        return None
+    lines, current, number = {}, None, 0
+    for line in done.stdout.splitlines():
+        marker = re.match(r'# (\d+) "(.*)"', line)
+        if marker:
+            number, current = int(marker[1]), marker[2]
+            continue
+        if current == str(lab.source):
+            lines[number] = (lines.get(number, "") + " " + line).strip()
+        number += 1
+    count = len(lab.source.read_text(errors="replace").splitlines())
+    text = "\n".join(lines.get(n, "") for n in range(1, count + 1)) + "\n"
+    text = re.sub(r"[ \t]+", " ", text)  # cc -E spaces out what it expands
+    text = text.replace("(*__errno_location ())", "errno")
+    text = re.sub(r"\b__extension__\b", "", text)
+    path = lab.workdir / "expanded.c"  # removed with the check's work dir
+    path.write_text(text)
+    return path
 
 
 def keeps_errno(lab):
@@ -389,11 +502,19 @@ def keeps_errno(lab):
                    "every way out")
 
 
-@grader.check(10, "still serving pages and the guestbook; a clean stop")
+@grader.check(10, "still serving pages and the guestbook; a clean stop, "
+              "in its launcher's process group")
 def clean_stop(lab):
     server = lab.start()
     for path in ("/", "/guestbook", "/style.css"):
         served(lab, server, path)
+    group = os.getpgid(server.pid)
+    lab.expect(group == os.getpgrp(), f"the server runs in process group "
+               f"{group}, not in its launcher's ({os.getpgrp()}): it left "
+               "it (setpgid(), setsid()), so a Ctrl-C, SIGINT to the "
+               "terminal's foreground group, no longer reaches it; stop "
+               "only the server's own children, by their PIDs; watch: ps "
+               "-o pid,pgid,cmd -p PID")
     hit = len(launcher_hit)
     server.stop()  # exit 0, summary printed, no process left behind
     launcher_spared(lab, hit)
