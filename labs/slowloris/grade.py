@@ -13,9 +13,10 @@ import socket
 import subprocess
 import threading
 import time
+from pathlib import Path
 
-from grading import (Grader, _strace, get, idle_clients,  # labs/grading.py
-                     seconds, status_field, wait_for)
+from grading import (Grader, _strace, cpu_seconds, get,  # labs/grading.py
+                     idle_clients, seconds, status_field, wait_for)
 from rawhttp import Connection  # tests/rawhttp.py
 
 THREADS = 8  # the pool under attack
@@ -25,6 +26,8 @@ WIDE = 16  # threads when each attacker is timed (one for each)
 CUT = 11.5  # seconds: the 10 s request limit, and a margin
 IDLE_CUT = 7.5  # seconds: the 5 s idle limit, and a margin
 UPTIME_DAYS = 50  # CLOCK_MONOTONIC this far ahead: its ms pass 2^31 and 2^32
+WALL_STEP = 3600  # seconds the wall clock (CLOCK_REALTIME) steps ahead
+RUNNABLE = 2.0  # pool threads runnable at once, on average, while idle
 WATCH = (f"watch it: ZEROHTTPD_THREADS={THREADS} ./prethreaded 8000, the "
          f"handout's {ATTACKERS} idle sockets, then time curl "
          "http://127.0.0.1:8000/")
@@ -93,9 +96,11 @@ def trickle(socks, stop, every=1.0, pieces=None):
             return
 
 
-def under_attack(lab, attackers, limit, every=None, pieces=None):
+def under_attack(lab, attackers, limit, every=None, pieces=None, heard=None):
     """The slowest of a burst of new clients while `attackers` hold the
-    pool (trickling a piece every `every` seconds if set), or None."""
+    pool (trickling a piece every `every` seconds if set), or None.
+    heard: a list that receives what each attacker was sent (b"" for
+    nothing) before it is closed."""
     stop = threading.Event()
     sender = threading.Thread(target=trickle,
                               args=(attackers, stop, every, pieces))
@@ -109,6 +114,12 @@ def under_attack(lab, attackers, limit, every=None, pieces=None):
         if every:
             sender.join()
         for s in attackers:
+            if heard is not None:
+                try:
+                    heard.append(s.recv(65536, socket.MSG_DONTWAIT
+                                        | socket.MSG_PEEK))
+                except OSError:  # nothing (EAGAIN), or reset
+                    heard.append(b"")
             s.close()
 
 
@@ -129,13 +140,33 @@ def closed_twice(traced):
 
 @grader.check(15, f"{ATTACKERS} idle connections against {THREADS} threads: "
               f"{BURST} new clients are served within 8 s; each cut "
-              "connection closed once")
+              "connection closed once, silently; idle-held threads asleep")
 def idle_attack(lab):
     server = pool_server(lab)
+    # First THREADS silent connections hold the pool for a second, its
+    # threads watched; they leave (the threads see EOF) before the attack.
+    quiet = idle_clients(server.port, THREADS)
+    time.sleep(0.3)  # each has its thread
+    cpu = cpu_seconds(server.pid)
+    running = runnable_threads(server.pid, seconds(1))
+    cpu = cpu_seconds(server.pid) - cpu
+    for s in quiet:
+        s.close()
+    lab.expect(running < RUNNABLE,
+               f"while {THREADS} connections that send nothing held the "
+               f"pool, {running:.1f} of its threads were runnable at once "
+               f"on average (at most {RUNNABLE:.0f}; it used {cpu:.2f} s of "
+               "CPU in that second): a thread that waits for a client by "
+               "spinning (recv() with MSG_DONTWAIT, and the clock again) "
+               "burns a CPU until its deadline, and the attack takes every "
+               "core too; wait in poll() (wait_readable) for what is left "
+               "of the deadline; watch it: top -H -p PID during the "
+               "handout's first block")
+    time.sleep(0.5)  # every thread back in accept()
     attackers = idle_clients(server.port, ATTACKERS)
-    took = []
+    took, heard = [], []
     traced = _strace(server.pid, ["close"], lambda: took.append(
-        under_attack(lab, attackers, 8)), "-f")
+        under_attack(lab, attackers, 8, heard=heard)), "-f")
     took = took[0]
     lab.expect(took is not None,
                f"a new client was not served in 8 s while {ATTACKERS} idle "
@@ -152,7 +183,35 @@ def idle_attack(lab):
                "second close() then ends; watch it: strace -f -e "
                "trace=close -p PID during the handout's first block"
                if twice else "")
+    told = [h for h in heard if h]
+    lab.expect(not told, f"{len(told)} of {ATTACKERS} connections that never "
+               "sent a byte were sent something before the close ("
+               + (repr(told[0].split(b"\r\n")[0][:40]) if told else "")
+               + "): a connection that has not begun a request has nothing "
+               "to answer: close it silently (PARSE_AGAIN), as "
+               "docs/DESIGN.md's limits say (idle: the connection is "
+               "closed); a 408 would reach a keep-alive client that sends "
+               "its next request just then as the answer to it; watch it: "
+               "nc 127.0.0.1 8000 and wait 5 s")
     return f"served after {took:.1f} s"
+
+
+def runnable_threads(pid, span):
+    """The number of pid's threads in state R (running or waiting for a
+    CPU), on average over `span` seconds, sampled every 50 ms: a thread
+    blocked in poll() or accept() is S."""
+    counts, end = [], time.monotonic() + span
+    while time.monotonic() < end:
+        running = 0
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                text = (task / "stat").read_text()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            running += text[text.rindex(")") + 2:].split()[0] == "R"
+        counts.append(running)
+        time.sleep(0.05)
+    return sum(counts) / len(counts)
 
 
 @grader.check(15, f"{ATTACKERS} connections sending a byte a second: "
@@ -383,11 +442,22 @@ def combined_slow_clients(lab):
 
 
 # A shim (LD_PRELOAD) that puts CLOCK_MONOTONIC UPTIME_DAYS days ahead, as
-# on a host up that long: a millisecond count kept in 32 bits wraps.
+# on a host up that long: a millisecond count kept in 32 bits wraps. And
+# once the file $WALL_STEPPED exists, the wall clock (CLOCK_REALTIME,
+# gettimeofday(), time()) is WALL_STEP seconds ahead, as when NTP or an
+# operator steps it: CLOCK_MONOTONIC does not move.
 UPTIME = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdlib.h>
+#include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
+static long stepped(void)
+{
+    const char *flag = getenv("WALL_STEPPED");
+    return flag && access(flag, F_OK) == 0 ? STEP : 0;
+}
 int clock_gettime(clockid_t id, struct timespec *ts)
 {
     static int (*real)(clockid_t, struct timespec *);
@@ -398,22 +468,47 @@ int clock_gettime(clockid_t id, struct timespec *ts)
     if (r == 0 && (id == CLOCK_MONOTONIC || id == CLOCK_MONOTONIC_COARSE ||
                    id == CLOCK_MONOTONIC_RAW || id == CLOCK_BOOTTIME))
         ts->tv_sec += AHEAD;
+    if (r == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE))
+        ts->tv_sec += stepped();
     return r;
+}
+int gettimeofday(struct timeval *restrict tv, void *restrict tz)
+{
+    static int (*real)(struct timeval *restrict, void *restrict);
+    if (!real)
+        real = (int (*)(struct timeval *restrict, void *restrict))dlsym(
+            RTLD_NEXT, "gettimeofday");
+    int r = real(tv, tz);
+    if (r == 0 && tv)
+        tv->tv_sec += stepped();
+    return r;
+}
+time_t time(time_t *out)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (out)
+        *out = ts.tv_sec;
+    return ts.tv_sec;
 }
 """
 
 
 @grader.check(5, f"on a host up {UPTIME_DAYS} days (CLOCK_MONOTONIC's "
               "milliseconds past 2^32), a request in two pieces 1 s apart "
-              "is served")
+              "is served; and one in three pieces while the wall clock "
+              "steps 1 h ahead")
 def long_uptime(lab):
     shim, source = lab.workdir / "uptime.so", lab.workdir / "uptime.c"
     source.write_text(UPTIME)
     subprocess.run(["cc", "-shared", "-fPIC", "-O2",
-                    f"-DAHEAD={UPTIME_DAYS * 86400}L", "-o", str(shim),
+                    f"-DAHEAD={UPTIME_DAYS * 86400}L",
+                    f"-DSTEP={WALL_STEP}L", "-o", str(shim),
                     str(source), "-ldl"], check=True, capture_output=True)
+    step = lab.workdir / "wall-clock-stepped"
     server = lab.start(env={"ZEROHTTPD_THREADS": str(THREADS),
-                            "LD_PRELOAD": str(shim)})
+                            "LD_PRELOAD": str(shim),
+                            "WALL_STEPPED": str(step)})
     get(server.port, "/")
     ask = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
     with Connection(server.port, timeout=seconds(10)) as conn:
@@ -431,6 +526,29 @@ def long_uptime(lab):
                "after 24.8 days: keep them in int64_t, never int; watch "
                "it: unshare -rT --monotonic 4320000 ./prethreaded 8000, "
                "then the handout's second block")
+    with Connection(server.port, timeout=seconds(10)) as conn:
+        conn.send(ask[:16])
+        time.sleep(0.5)
+        step.touch()  # the wall clock is an hour ahead from now on
+        time.sleep(0.5)
+        conn.send_tolerating_reset(ask[16:28])
+        time.sleep(1.0)
+        conn.send_tolerating_reset(ask[28:])
+        try:
+            status = conn.read_response().status
+        except (AssertionError, OSError) as error:
+            status = f"cut ({str(error)[:40]})"
+    lab.expect(status == 200,
+               f"a request sent in three pieces 1 s apart, the wall clock "
+               f"(CLOCK_REALTIME) stepped {WALL_STEP // 3600} h ahead after "
+               f"the first (CLOCK_MONOTONIC unmoved), was {status}: a "
+               "deadline kept on the wall clock (CLOCK_REALTIME, "
+               "gettimeofday(), time()) moves when NTP or an operator steps "
+               "it: an hour ahead cuts every client at once, an hour back "
+               "lets a slowloris hold its thread for the hour; keep "
+               "deadlines on CLOCK_MONOTONIC (now_ms()); watch it: "
+               "LD_PRELOAD a clock_gettime() that adds 3600 s to "
+               "CLOCK_REALTIME, or date -s while a request trickles in")
 
 
 def slow_clients(lab, kinds):

@@ -17,12 +17,14 @@ import socket
 import subprocess
 import time
 
-from grading import (Grader, HeldClients, Unmet, cpu_seconds,  # labs/
-                     failing, get, live_children, seconds, slowed, stopped,
-                     strace_calls, wait_for, zombie_children)
+from grading import (Grader, HeldClients, Unmet, _strace,  # labs/
+                     cpu_seconds, failing, get, live_children, seconds,
+                     slowed, stopped, wait_for, zombie_children)
 
 WORKERS = 4
-CROWD = 48  # a bigger pool, most of it (more than 32) dying at once
+# A bigger pool, most of it dying at once: more deaths behind one SIGCHLD
+# than a fixed batch of 32, 64 or 128 holds.
+CROWD = 200
 ROUNDS = 8  # generations of replacements, each killed in turn
 # The server inherits a blocked signal, as from a shell or a supervisor of
 # its own: the first workers get that mask back, and so must replacements
@@ -303,10 +305,19 @@ def stopped_state(pid):
     return status_field_text(pid, "State")[:1] == "T"
 
 
+def fork_order(pid):
+    """pid's children, oldest first (the kernel's list): a pool's first
+    workers in the order of their slots, whatever their PIDs."""
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
 @grader.check(5, "a fork that fails does not bring the supervisor down, "
-              "leaves no zombie, and no dead PID in the pool")
+              "leaves no zombie, and no dead PID in the pool; nor does it "
+              "keep the supervisor from a stop")
 def fork_fails(lab):
-    server, workers = pool(lab)
+    server, _ = pool(lab)
+    workers = fork_order(server.pid)  # slots 0 to 3
     victims = workers[:2]
 
     def deaths_while_fork_fails():
@@ -333,18 +344,54 @@ def fork_fails(lab):
                "workers, kill -CONT PID, then ps -o pid,stat --ppid PID")
     status = get(server.port, "/", timeout=3)[0]
     lab.expect(status == 200, f"GET / answered {status} after a failed fork")
-    # At the stop the supervisor signals workers[]: a slot whose fork failed
-    # must not still hold the dead worker's PID, which by then may be any
-    # other process's.
-    calls = strace_calls(server.pid, "kill", lambda: stops(lab, server))
-    stale = [c.split(")")[0] for c in calls if first_number(c) in victims]
+    # fork() fails again; the worker of the last slot dies (a slot whose
+    # fork failed comes before it), and the supervisor is told to stop
+    # while fork() still fails. At the stop it signals workers[]: no slot
+    # may still hold a reaped worker's PID, which by then may be any other
+    # process's (watched: strace -e trace=kill).
+    last = workers[-1]
+    reaped = victims + [last]
+    stop = []
+
+    def death_then_stop_while_fork_fails():
+        kill([last])
+        wait_for(lambda: os.path.exists(f"/proc/{last}"),
+                 lambda there: not there, limit=2)  # reaped
+        try:
+            server.terminate(timeout=seconds(3))
+        except AssertionError as error:
+            stop.append(str(error))
+
+    traced = _strace(server.pid, ["clone", "kill"],
+                     death_then_stop_while_fork_fails, "-f", "-e",
+                     "inject=clone:error=EAGAIN")
+    if stop:
+        server.cleanup()  # SIGKILL it and its workers now
+        raise Unmet(f"{stop[0][:150]} (SIGTERM sent while fork() failed "
+                    "with EAGAIN, after a worker had died): "
+                    "a supervisor that retries a failed fork() at once, in a "
+                    "loop, spins for as long as fork() fails and never takes "
+                    "SIGTERM; leave the slot empty and carry on; watch: "
+                    "strace -f -e inject=clone:error=EAGAIN -p PID, kill -9 "
+                    "a worker, then kill -TERM PID")
+    calls = [line[line.find("kill(") + 5:] for line in traced.splitlines()
+             if "kill(" in line]
+    stale = [c.split(")")[0] for c in calls if first_number(c) in reaped]
     lab.expect(not stale, f"at the stop the supervisor called kill("
                f"{'), kill('.join(stale)}) on worker(s) it had already "
-               "reaped (their forks had failed): a PID kept in workers[] "
-               "after its worker is reaped is recycled for another process, "
-               "which the stop then kills; empty the slot (0) when the fork "
-               "fails; watch: strace -e trace=kill -p PID, then kill -TERM "
-               "PID, after the fork failure above")
+               "reaped (each died while fork() failed): a PID kept in "
+               "workers[] after its worker is reaped is recycled for another "
+               "process, which the stop then kills; empty the slot (0) when "
+               "the fork fails, and reap with waitpid(-1): waitpid(workers[i]"
+               ") on a slot a failed fork left at -1 reaps any child, another "
+               "slot's dead worker, whose PID then stays in its own slot; "
+               "watch: strace -e trace=kill -p PID, then kill -TERM PID, "
+               "after the fork failure above")
+    try:
+        server.check_exit()
+    except AssertionError as error:
+        raise Unmet(f"no clean stop while fork() failed: {str(error)[:200]}"
+                    ) from None
 
 
 def first_number(args):
