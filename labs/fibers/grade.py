@@ -29,13 +29,16 @@ REFUSED_KIB = 64  # address space they may leave behind, all of them
 REFUSED_BLOCKS = 200  # malloc'd blocks they may leave behind (1 each: 2000)
 ERRORS = ("EACCES", "ENOMEM")  # mprotect's errors, half the clients each
 BATCH_S = 10  # a hundred clients each answered or closed within this
+REFUSE_S = 1  # ...and the median hundred within this (10 ms a client; the
+# reference: about 0.05 s in all, on a busy 2-core machine)
 ASAN_FLAGS = ("-O1 -fno-omit-frame-pointer -fsanitize=address,undefined "
               "-fno-sanitize-recover=undefined")  # the Makefile's make asan
 START_S = 10  # mprotect failing from the start: dead or serving by then
 IDLE = 1000  # kept clients whose stacks' resident memory is counted
 IDLE_KIB = 40  # resident memory per kept client (the reference: about 17)
 SILENT = 50  # clients that connect and say nothing: a fiber each, in its
-# first read, its stack touched at the top only (the reference: one page)
+# first read, its stack touched at the top only (the reference: one page,
+# and no stack may have more resident than the reference's most)
 RUN = ("gdb -ex run --args ./fibers 8000, then curl http://127.0.0.1:8000/ "
        "from another shell; bt and info registers rsp show where it was")
 MAPS = "watch /proc/$(pgrep -x fibers)/maps under 100 kept clients"
@@ -179,6 +182,7 @@ def served_or_refused(lab, port, pid, base, tally):
     """A hundred keep-alive clients ask for / at once; each must be
     answered or closed (refused) within BATCH_S. Those answered are held
     open while the stacks are counted: each must run on a guarded stack."""
+    began = time.monotonic()
     socks = asking_clients(port, 100, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     pending, served = {s.fileno(): s for s in socks}, []
     deadline = time.monotonic() + seconds(BATCH_S)
@@ -207,7 +211,27 @@ def served_or_refused(lab, port, pid, base, tally):
                    "stack with no guard below it (check mprotect's result "
                    "whatever the error: refuse the client, unmap the "
                    "stack)")
-        tally.append(len(served))
+        tally.append((len(served), time.monotonic() - began))
+        # A blocking wait in the acceptor (usleep, a busy retry) stops the
+        # whole loop for every refusal: a hundred refused in over REFUSE_S.
+        # Judged on the median hundred of each error's (a wait on ENOMEM
+        # alone is slow for half), and as soon as it is known.
+        per_error = REFUSED // 100 // len(ERRORS)
+        phase = tally[(len(tally) - 1) // per_error * per_error:]
+        slow = sorted(took for _, took in phase if took > seconds(REFUSE_S))
+        lab.expect(len(slow) <= per_error // 2, f"{len(slow)} of "
+                   f"{len(phase)} hundreds of clients took over "
+                   f"{seconds(REFUSE_S):.0f} s each (up to "
+                   f"{slow[-1] if slow else 0:.1f} s) to be answered or "
+                   "closed while every mprotect() failed with "
+                   f"{ERRORS[(len(tally) - 1) // per_error]} (the reference: "
+                   "about 0.05 s): more than "
+                   f"{REFUSE_S * 10:.0f} ms per refused client, and the "
+                   "whole loop stops meanwhile (usleep() or sleep() in the "
+                   "acceptor blocks every fiber; a retry after a failed "
+                   "mprotect() is not needed: refuse at once); watch it: "
+                   "strace -f -e inject=mprotect:error=ENOMEM -p PID, then "
+                   "ab -n 100 -c 100 http://127.0.0.1:8000/")
     finally:
         for s in socks:
             s.close()
@@ -296,7 +320,7 @@ def guard_fails(lab):
         failing(server.pid, "mprotect", error, lambda: [
             served_or_refused(lab, server.port, server.pid, base, served)
             for _ in range(REFUSED // 100 // len(ERRORS))])
-    refused = REFUSED - sum(served)
+    refused = REFUSED - sum(n for n, _ in served)
     if refused:  # (a client served on a guarded stack was not refused)
         kept = wait_for(lambda: blocks() - held,
                         lambda n: n <= REFUSED_BLOCKS, limit=5)
@@ -313,8 +337,8 @@ def guard_fails(lab):
                    "it, its struct) was not given back")
     lab.expect(get(server.port, "/")[0] == 200, "GET / failed once "
                "mprotect() worked again")
-    return (f"{refused} refused, {sum(served)} served (each on a guarded "
-            "stack)")
+    return (f"{refused} refused, {REFUSED - refused} served (each on a "
+            "guarded stack)")
 
 
 ALWAYS_FAILS = r"""
@@ -457,12 +481,23 @@ def touched_only(lab):
     reference.stop()
     server, _, base, _, _ = at_rest(lab)
     silent = silent_stacks(server, base)
-    deep = sum(rss > shallow + page_kib for _, rss, _, _ in silent)
+    # No page more than the reference's: its silent fibers use well under
+    # 1 KiB of their top page (its acceptor 3.3 KiB), so a frame laid out
+    # a little lower still fits; a prefault of two pages does not.
+    bottom = sum(low for _, _, _, low in silent)
+    lab.expect(not bottom, f"{bottom} of {len(silent)} stacks have their "
+               f"lowest page resident while {SILENT} silent clients are "
+               "connected, each fiber in its first read (it has used a "
+               "few hundred bytes at the top): something wrote at the "
+               "bottom of the stack (a canary?), and each pays a page for "
+               "it; write only the frame the switch pops; watch "
+               "/proc/PID/pagemap at the stack's start")
+    deep = sum(rss > shallow for _, rss, _, _ in silent)
     lab.expect(not deep, f"{deep} of {len(silent)} stacks have more than "
-               f"{shallow + page_kib} KiB resident while {SILENT} silent "
-               "clients are connected, each fiber in its first read (the "
-               f"reference's: {shallow} KiB at most, and a page): a stack "
-               "written (prefaulted?) below what its fiber has used is "
+               f"{shallow} KiB resident while {SILENT} silent clients are "
+               "connected, each fiber in its first read (the reference's: "
+               f"{shallow} KiB at most, {shallow // page_kib} page(s)): a "
+               "stack written (prefaulted?) below what its fiber has used is "
                "backed all the same; write only the frame the switch pops; "
                "watch Rss of each stack in /proc/PID/smaps under a few "
                "`nc 127.0.0.1 8000` left silent")

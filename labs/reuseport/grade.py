@@ -28,9 +28,10 @@ SOMAXCONN = 65535  # the kernel's cap on a queue, raised where the grader
 # as the code asks, not as the cap makes them all 4096
 grader = Grader("reuseport")
 # A shim (LD_PRELOAD) that makes one kind of call fail as the kernel would,
-# from the process's Nth on, whichever thread makes it: FAIL_CALL=bind or
-# listen (EADDRINUSE), or SO_REUSEADDR or TCP_NODELAY (a setsockopt() of
-# that option, ENOBUFS), FAIL_FROM=N. From the Nth on, not the Nth alone: a
+# from the process's Nth on, whichever thread makes it: FAIL_CALL=socket
+# (a TCP socket(), EMFILE), bind or listen (EADDRINUSE), or SO_REUSEPORT,
+# SO_REUSEADDR or TCP_NODELAY (a setsockopt() of that option, ENOBUFS),
+# FAIL_FROM=N. From the Nth on, not the Nth alone: a
 # listener's bind() that fails here fails again if tried again (the port's
 # other socket is the server's own first one), so a retry ends in die() too.
 NTH_FAILS = r"""
@@ -49,6 +50,18 @@ static int failing(const char *name)
     if (!which || !from || strcmp(which, name) != 0)
         return 0;
     return __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST) >= atoi(from);
+}
+int socket(int domain, int type, int protocol)
+{
+    static int (*real)(int, int, int);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "socket");
+    if ((domain == AF_INET || domain == AF_INET6) &&
+        (type & 0xf) == SOCK_STREAM && failing("socket")) {
+        errno = EMFILE;
+        return -1;
+    }
+    return real(domain, type, protocol);
 }
 int bind(int fd, const struct sockaddr *a, socklen_t n)
 {
@@ -77,7 +90,9 @@ int setsockopt(int fd, int level, int name, const void *v, socklen_t n)
     static int (*real)(int, int, int, const void *, socklen_t);
     if (!real)
         real = dlsym(RTLD_NEXT, "setsockopt");
-    if ((level == SOL_SOCKET && name == SO_REUSEADDR &&
+    if ((level == SOL_SOCKET && name == SO_REUSEPORT &&
+         failing("SO_REUSEPORT")) ||
+        (level == SOL_SOCKET && name == SO_REUSEADDR &&
          failing("SO_REUSEADDR")) ||
         (level == IPPROTO_TCP && name == TCP_NODELAY &&
          failing("TCP_NODELAY"))) {
@@ -152,6 +167,55 @@ def setup(sock):
             "queue": struct.unpack_from("8x6I", info)[5]}
 
 
+# Every other option a listener holds that getsockopt() reads back and that
+# a loop's set-up could change (none is set by the reference, beyond
+# SO_REUSEPORT, SO_REUSEADDR and TCP_NODELAY on every listener): each
+# listener must hold what the first holds. SO_INCOMING_CPU (49) on some
+# listeners only, say, makes the kernel (>= 6.2) send a SYN handled on that
+# CPU to that listener whatever the hash.
+OPTIONS = [(socket.SOL_SOCKET, getattr(socket, name, number), name, fmt)
+           for name, number, fmt in (
+               ("SO_REUSEPORT", 15, "i"), ("SO_REUSEADDR", 2, "i"),
+               ("SO_INCOMING_CPU", 49, "i"), ("SO_LINGER", 13, "ii"),
+               ("SO_KEEPALIVE", 9, "i"), ("SO_RCVBUF", 8, "i"),
+               ("SO_SNDBUF", 7, "i"), ("SO_RCVLOWAT", 18, "i"),
+               ("SO_PRIORITY", 12, "i"), ("SO_MARK", 36, "i"),
+               ("SO_BUSY_POLL", 46, "i"), ("SO_OOBINLINE", 10, "i"),
+               ("SO_DONTROUTE", 5, "i"), ("SO_BROADCAST", 6, "i"))] + [
+    (socket.IPPROTO_TCP, number, name, "i") for name, number in (
+        ("TCP_DEFER_ACCEPT", 9), ("TCP_MAXSEG", 2), ("TCP_KEEPIDLE", 4),
+        ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 6), ("TCP_USER_TIMEOUT", 18),
+        ("TCP_FASTOPEN", 23), ("TCP_NOTSENT_LOWAT", 25),
+        ("TCP_WINDOW_CLAMP", 10), ("TCP_CORK", 3), ("TCP_QUICKACK", 12))] + [
+    (socket.IPPROTO_TCP, 13, "TCP_CONGESTION", "16s"),
+    (socket.IPPROTO_IP, 1, "IP_TOS", "i"), (socket.IPPROTO_IP, 2, "IP_TTL", "i")]
+
+
+def options(sock):
+    """Each of OPTIONS the listener holds, by name (what getsockopt()
+    reads; an option the kernel does not know is left out)."""
+    held = {}
+    for level, number, name, fmt in OPTIONS:
+        try:
+            raw = sock.getsockopt(level, number, struct.calcsize(fmt))
+        except OSError:
+            continue
+        value = struct.unpack(fmt, raw.ljust(struct.calcsize(fmt), b"\0"))
+        held[name] = value[0].rstrip(b"\0").decode() if fmt == "16s" else \
+            (value[0] if len(value) == 1 else value)
+    return held
+
+
+def unlike(socks):
+    """The options each listener after the first holds otherwise than the
+    first: [(k, name, its value, the first's)]."""
+    first = options(socks[0])
+    return [(k, name, value, first.get(name))
+            for k, sock in enumerate(socks[1:], 1)
+            for name, value in options(sock).items()
+            if value != first.get(name)]
+
+
 def fd_flags(pid, port):
     """The open-file flags (/proc/PID/fdinfo) of each descriptor of pid
     that is a listening socket on the port."""
@@ -185,7 +249,8 @@ def own_listeners(lab):
 
 
 @check(15, "every listener is set up as the first: TCP_NODELAY for its "
-       "clients, an accept queue as long, closed on exec")
+       "clients, an accept queue as long, closed on exec, every other "
+       "option getsockopt() reads (SO_INCOMING_CPU, SO_LINGER, ...) alike")
 def set_up_alike(lab):
     server = started(lab)
     socks = listeners(server.pid, server.port)
@@ -215,10 +280,19 @@ def set_up_alike(lab):
                           "it wait in a longer line than the others'")
                        + " (`ss -ltn 'sport = :8000'`: Send-Q is the queue, "
                        "`nstat -az TcpExtListenOverflows` under ab -c 100)")
+        # Each loop sets TCP_DEFER_ACCEPT on its own in loop_init(), a
+        # moment after its listener is up: a second to get there.
+        odd = wait_for(lambda: unlike(socks), lambda odd: not odd, limit=1)
+        lab.expect(not odd, "listener(s) not set up as the first: " +
+                   ", ".join(f"listener {k} has {name} {value}, the first "
+                             f"{was}" for k, name, value, was in odd[:3]) +
+                   ": every loop's listener is made as open_listener() "
+                   "makes the first, plus SO_REUSEPORT, nothing more (see "
+                   f"who sets what: strace -f -e trace=setsockopt {RUN[:-2]})")
     finally:
         for sock in socks:
             sock.close()
-    return f"queues of {first['queue']}, {NETWORK}"
+    return f"queues of {first['queue']}, {len(OPTIONS)} options alike, {NETWORK}"
 
 
 @check(25, f"a burst of {BURST} new connections, 50 at a time: every loop "
@@ -297,6 +371,11 @@ def restarts_at_once(lab):
 
 
 FAILED = {  # what fails, from the 2nd call on, and what it costs a loop
+    "socket": ("socket()", "EMFILE", "a loop without a listener of its "
+               "own (or with another's: a dup() of the first is one queue)"),
+    "SO_REUSEPORT": ("setsockopt(SO_REUSEPORT)", "ENOBUFS", "a loop without "
+                     "a listener of its own (or with another's: a dup() of "
+                     "the first is one queue)"),
     "bind": ("bind()", "EADDRINUSE", "a loop without a listener of its own "
              "(or with another's)"),
     "listen": ("listen()", "EADDRINUSE", "a loop without a listener of its "
@@ -310,8 +389,8 @@ FAILED = {  # what fails, from the 2nd call on, and what it costs a loop
 
 
 @check(10, "a listener that cannot be set up stops the server: every "
-       "bind(), listen(), setsockopt(SO_REUSEADDR) or (TCP_NODELAY) from "
-       "the 2nd on failing exits it, not a loop with a listener missing, "
+       "socket(), setsockopt(SO_REUSEPORT), (SO_REUSEADDR), (TCP_NODELAY), "
+       "bind() or listen() from the 2nd on failing exits it, not a loop with a listener missing, "
        "borrowed or set up short; each socket has SO_REUSEADDR before its "
        "bind(), and no listener is closed while the loops start")
 def setup_failures_fatal(lab):
