@@ -106,7 +106,10 @@
 /* ===== Types ===== */
 
 /* ---- shared: types ---- */
-enum parse_result { PARSE_AGAIN, PARSE_DONE, PARSE_ERROR };
+/* PARSE_AGAIN: call the parser again with more bytes. PARSE_CLOSED, from
+ * read_request() (01-05, 10) alone: no request to answer (the client left
+ * or was too slow): just close. */
+enum parse_result { PARSE_AGAIN, PARSE_DONE, PARSE_ERROR, PARSE_CLOSED };
 
 enum method { METHOD_GET, METHOD_HEAD, METHOD_POST, METHOD_OTHER };
 
@@ -244,8 +247,8 @@ static bool format_refusal(struct strbuf *out, const struct http_request *r,
                            const char *buf, int status, const char *extra);
 static void slash_location(const struct http_request *r, const char *buf,
                            char *out, size_t size);
-static void count_response(const struct http_request *r, const char *buf,
-                           int status, size_t bytes);
+static void record_response(const struct http_request *r, const char *buf,
+                            int status, size_t bytes);
 
 /* A static file beneath public/, its type, and what to send of it. */
 static int open_public(char *path, size_t size, struct stat *st, int *status);
@@ -290,7 +293,7 @@ static bool handle_request(struct conn *c);
 static bool serve_static(struct conn *c, char *path, size_t size);
 static bool serve_guestbook(struct conn *c);
 static bool post_guestbook(struct conn *c);
-static bool respond_error(struct conn *c, int status, const char *extra);
+static bool respond_status(struct conn *c, int status, const char *extra);
 static bool send_response(struct conn *c, int status, int file, off_t offset,
                           off_t length);
 
@@ -389,7 +392,7 @@ static void serve_connection(int fd, struct redis *rd)
         http_request_init(&c.req);
         enum parse_result pr = read_request(&c);
         if (pr == PARSE_ERROR) {
-            respond_error(&c, c.req.status, NULL);
+            respond_status(&c, c.req.status, NULL);
             close_lingering(fd);
             fd = -1;
         }
@@ -413,7 +416,7 @@ static void serve_connection(int fd, struct redis *rd)
 
 /* Reads until c->buf holds one whole request (head and body), or the client
  * is done, idle too long, or too slow. Returns PARSE_DONE, PARSE_ERROR (answer
- * r->status, then close) or PARSE_AGAIN (just close). (LAB slowloris) */
+ * r->status, then close) or PARSE_CLOSED (just close). (LAB slowloris) */
 static enum parse_result read_request(struct conn *c)
 {
     int64_t deadline =
@@ -424,14 +427,14 @@ static enum parse_result read_request(struct conn *c)
             (pr == PARSE_DONE && c->len >= request_size(&c->req)))
             return pr;
         if (pr == PARSE_DONE && !answer_expect(c))
-            return c->req.status ? PARSE_ERROR : PARSE_AGAIN;
+            return c->req.status ? PARSE_ERROR : PARSE_CLOSED;
         if (!wait_readable(c->fd, deadline))
-            return PARSE_AGAIN;
+            return PARSE_CLOSED;
         ssize_t n = recv(c->fd, c->buf + c->len, CONN_BUF_SIZE - c->len, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            return PARSE_AGAIN;
+            return PARSE_CLOSED;
         if (c->len == 0) /* the first byte starts the request's clock */
             deadline = now_ms() + REQUEST_TIMEOUT_MS;
         c->len += (size_t)n;
@@ -458,7 +461,7 @@ static bool handle_request(struct conn *c)
     case ROUTE_STATIC: ok = serve_static(c, path, sizeof path); break;
     case ROUTE_PAGE: ok = serve_guestbook(c); break;
     case ROUTE_POST: ok = post_guestbook(c); break;
-    default: ok = respond_error(c, c->req.status, NULL); break;
+    default: ok = respond_status(c, c->req.status, NULL); break;
     }
     return ok && c->req.keep_alive;
 }
@@ -468,11 +471,11 @@ static bool serve_static(struct conn *c, char *path, size_t size)
     struct stat st;
     int status, file = open_public(path, size, &st, &status);
     if (file < 0 && status != 301)
-        return respond_error(c, status, NULL);
+        return respond_status(c, status, NULL);
     if (file < 0) {
         char location[MAX_URI + 64];
         slash_location(&c->req, c->buf, location, sizeof location);
-        return respond_error(c, status, location);
+        return respond_status(c, status, location);
     }
     off_t offset, length;
     c->out.len = 0;
@@ -494,7 +497,7 @@ static bool serve_guestbook(struct conn *c)
     long long visitors = 0;
     c->work.len = c->out.len = 0;
     if (!server.template)
-        return respond_error(c, 500, NULL);
+        return respond_status(c, 500, NULL);
     if (!redis_command(rd, 4, lrange) || rd->reply.type != '*' ||
         !render_remarks(&c->work, rd->in.data, &rd->reply) ||
         !redis_command(rd, 2, incr) || rd->reply.type != ':' ||
@@ -504,7 +507,7 @@ static bool serve_guestbook(struct conn *c)
                        rd->in.data + rd->reply.item[0].off +
                            rd->reply.item[0].len,
                        &visitors))
-        return respond_error(c, 503, NULL);
+        return respond_status(c, 503, NULL);
     struct strbuf page = {0};
     bool ok = render_page(&page, &c->work, visitors) &&
               format_head(&c->out, &c->req, 200, "text/html; charset=utf-8",
@@ -512,7 +515,7 @@ static bool serve_guestbook(struct conn *c)
               (c->req.method == METHOD_HEAD ||
                sb_append(&c->out, page.data, page.len));
     sb_free(&page);
-    return ok ? send_response(c, 200, -1, 0, 0) : respond_error(c, 500, NULL);
+    return ok ? send_response(c, 200, -1, 0, 0) : respond_status(c, 500, NULL);
 }
 
 /* POST: store the remark, then send the browser back to the page. */
@@ -526,12 +529,12 @@ static bool post_guestbook(struct conn *c)
         (!redis_command(c->redis, 3, rpush) || c->redis->reply.type != ':'))
         status = 503;
     sb_free(&entry);
-    return respond_error(c, status ? status : 303,
-                         status ? NULL : POSTED_HEADERS);
+    return respond_status(c, status ? status : 303,
+                          status ? NULL : POSTED_HEADERS);
 }
 
 /* An error page (a refused form: the guestbook page again) or a redirect. */
-static bool respond_error(struct conn *c, int status, const char *extra)
+static bool respond_status(struct conn *c, int status, const char *extra)
 {
     c->out.len = 0;
     return format_refusal(&c->out, &c->req, c->buf, status, extra) &&
@@ -547,8 +550,8 @@ static bool send_response(struct conn *c, int status, int file, off_t offset,
                           off_t length)
 {
     bool body = file >= 0 && length > 0 && c->req.method != METHOD_HEAD;
-    count_response(&c->req, c->buf, status,
-                   c->out.len + (body ? (size_t)length : 0));
+    record_response(&c->req, c->buf, status,
+                    c->out.len + (body ? (size_t)length : 0));
     bool ok = send_all(c->fd, c->out.data, c->out.len, body ? MSG_MORE : 0);
     if (ok && body)
         ok = send_file(c->fd, file, offset, length);
@@ -1215,8 +1218,8 @@ static void slash_location(const struct http_request *r, const char *buf,
 }
 
 /* Every answered request passes here once: counters, then the access log. */
-static void count_response(const struct http_request *r, const char *buf,
-                           int status, size_t bytes)
+static void record_response(const struct http_request *r, const char *buf,
+                            int status, size_t bytes)
 {
     __atomic_fetch_add(&server.stats->served, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&server.stats->by_class[status / 100 % STATUS_CLASSES],

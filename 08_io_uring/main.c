@@ -154,7 +154,10 @@
 /* ===== Types ===== */
 
 /* ---- shared: types ---- */
-enum parse_result { PARSE_AGAIN, PARSE_DONE, PARSE_ERROR };
+/* PARSE_AGAIN: call the parser again with more bytes. PARSE_CLOSED, from
+ * read_request() (01-05, 10) alone: no request to answer (the client left
+ * or was too slow): just close. */
+enum parse_result { PARSE_AGAIN, PARSE_DONE, PARSE_ERROR, PARSE_CLOSED };
 
 enum method { METHOD_GET, METHOD_HEAD, METHOD_POST, METHOD_OTHER };
 
@@ -265,9 +268,9 @@ enum conn_state {
 };
 
 /* The deadline a connection waits on: one list per kind (see event_timers).
- * T_NONE: no deadline of its own (answering, or waiting for Redis, which has
+ * T_UNTIMED: no deadline of its own (answering, or waiting for Redis, which has
  * its own). Every open connection is on exactly one list. */
-enum timer_kind { T_IDLE, T_REQUEST, T_SEND, T_LINGER, T_NONE, TIMER_KINDS };
+enum timer_kind { T_IDLE, T_REQUEST, T_SEND, T_LINGER, T_UNTIMED, TIMER_KINDS };
 
 /* One client connection, from accept to its last completion. While an
  * operation is in flight the kernel owns the memory it names: nothing
@@ -280,7 +283,7 @@ struct conn {
     size_t len; /* bytes in buf */
     size_t cap; /* bytes allocated, at most CONN_BUF_SIZE (conn_grow) */
     struct http_request req;
-    bool linger;       /* an error answer: half-close and drain after it */
+    bool linger_after; /* an error answer: half-close and drain after it */
     struct strbuf out; /* the response head (and body), then file chunks */
     size_t sent;       /* bytes of out already sent */
     int file;          /* the file being sent after the head, or -1 */
@@ -388,8 +391,8 @@ static bool format_refusal(struct strbuf *out, const struct http_request *r,
                            const char *buf, int status, const char *extra);
 static void slash_location(const struct http_request *r, const char *buf,
                            char *out, size_t size);
-static void count_response(const struct http_request *r, const char *buf,
-                           int status, size_t bytes);
+static void record_response(const struct http_request *r, const char *buf,
+                            int status, size_t bytes);
 
 /* A static file beneath public/, its type, and what to send of it. */
 static int open_public(char *path, size_t size, struct stat *st, int *status);
@@ -429,7 +432,7 @@ static void expire_timers(void);
 static void free_closed(void);
 static void conn_close(struct conn *c);
 static void conn_advance(struct conn *c);
-static void respond_error(struct conn *c, int status, const char *extra);
+static void respond_status(struct conn *c, int status, const char *extra);
 static void conn_respond(struct conn *c, int status, int file, off_t offset,
                          off_t length);
 static void send_continue(struct conn *c);
@@ -689,7 +692,7 @@ static void close_later(int fd)
  * order by itself. Arm, re-arm and cancel are O(1), no heap is needed, and
  * the earliest list head bounds the wait.
  *
- * How long each kind of timer runs. T_NONE never fires. */
+ * How long each kind of timer runs. T_UNTIMED never fires. */
 static const int timer_ms[TIMER_KINDS] = {[T_IDLE] = IDLE_TIMEOUT_MS,
                                           [T_REQUEST] = REQUEST_TIMEOUT_MS,
                                           [T_SEND] = SEND_TIMEOUT_MS,
@@ -733,7 +736,7 @@ static void timer_set(struct conn *c, enum timer_kind kind)
 static int next_timeout(void)
 {
     int64_t next = loop.now + ACCEPT_WAKE_MS;
-    for (int k = 0; k < T_NONE; k++)
+    for (int k = 0; k < T_UNTIMED; k++)
         if (loop.timers[k].head && loop.timers[k].head->deadline < next)
             next = loop.timers[k].head->deadline;
     if (loop.redis.deadline && loop.redis.deadline < next)
@@ -749,7 +752,7 @@ static int next_timeout(void)
  * watched again. Only expired list heads are looked at. */
 static void expire_timers(void)
 {
-    for (int k = 0; k < T_NONE; k++)
+    for (int k = 0; k < T_UNTIMED; k++)
         while (loop.timers[k].head && loop.timers[k].head->deadline <= loop.now)
             conn_close(loop.timers[k].head);
     if (loop.redis.deadline && loop.redis.deadline <= loop.now)
@@ -846,7 +849,7 @@ static void response_done(struct conn *c)
     file_release(c);
     sb_free(&c->out);
     sb_free(&c->work);
-    if (c->linger) {
+    if (c->linger_after) {
         free(c->buf); /* what the client still sends is dropped */
         c->buf = NULL;
         c->len = c->cap = 0;
@@ -1070,8 +1073,8 @@ static void conn_respond(struct conn *c, int status, int file, off_t offset,
     c->file = file;
     c->file_off = offset;
     c->file_size = offset + length;
-    count_response(&c->req, c->buf, status,
-                   c->out.len + (file >= 0 ? (size_t)length : 0));
+    record_response(&c->req, c->buf, status,
+                    c->out.len + (file >= 0 ? (size_t)length : 0));
     c->sent = 0;
     c->state = C_WRITING;
     conn_write(c);
@@ -1234,11 +1237,11 @@ static void serve_static(struct conn *c, char *path, size_t size)
     int status = 0,
         file = open_cached(c, path, size, &st, &type, &status, &data);
     if (file < 0 && status != 301)
-        respond_error(c, status, NULL);
+        respond_status(c, status, NULL);
     else if (file < 0) {
         char location[MAX_URI + 64];
         slash_location(&c->req, c->buf, location, sizeof location);
-        respond_error(c, status, location);
+        respond_status(c, status, location);
     } else {
         c->out.len = 0;
         status = static_response(&c->out, &c->req, c->buf, type, &st, &offset,
@@ -1260,7 +1263,7 @@ static void serve_static(struct conn *c, char *path, size_t size)
 /* ---- shared: event_app ---- */
 /* An error page (a refused form: the guestbook page again) or a redirect;
  * extra: more header lines, or NULL. */
-static void respond_error(struct conn *c, int status, const char *extra)
+static void respond_status(struct conn *c, int status, const char *extra)
 {
     c->out.len = 0;
     if (format_refusal(&c->out, &c->req, c->buf, status, extra))
@@ -1275,7 +1278,7 @@ static void guestbook_start(struct conn *c)
     static const char *const lrange[] = {"LRANGE", "guestbook:remarks",
                                          ("-" GUESTBOOK_SHOWN), "-1"};
     if (!server.template) {
-        respond_error(c, 500, NULL);
+        respond_status(c, 500, NULL);
         return;
     }
     c->step = 0;
@@ -1291,7 +1294,7 @@ static void post_guestbook(struct conn *c)
     const char *rpush[] = {"RPUSH", "guestbook:remarks", entry.data};
     c->step = 0;
     if (status != 0)
-        respond_error(c, status, NULL);
+        respond_status(c, status, NULL);
     else
         redis_queue(c, 3, rpush); /* copies the entry into the command */
     sb_free(&entry);
@@ -1310,7 +1313,7 @@ static void respond_page(struct conn *c, long long visitors)
     if (ok)
         conn_respond(c, 200, -1, 0, 0);
     else
-        respond_error(c, 500, NULL);
+        respond_status(c, 500, NULL);
 }
 
 /* One Redis reply for c, framed by r in buf: the next step, or the answer.
@@ -1325,11 +1328,11 @@ static void guestbook_next(struct conn *c, const struct resp_reply *r,
     long long visitors = 0;
     int step = c->step++;
     if (r->type == '-')
-        respond_error(c, 503, NULL);
+        respond_status(c, 503, NULL);
     else if (c->req.method == METHOD_POST && r->type == ':')
-        respond_error(c, 303, POSTED_HEADERS);
+        respond_status(c, 303, POSTED_HEADERS);
     else if (c->req.method == METHOD_POST)
-        respond_error(c, 503, NULL);
+        respond_status(c, 503, NULL);
     else if (step == 0 && r->type == '*' && render_remarks(&c->work, buf, r))
         redis_queue(c, 2, incr);
     else if (step == 1 && r->type == ':')
@@ -1339,7 +1342,7 @@ static void guestbook_next(struct conn *c, const struct resp_reply *r,
                            buf + r->item[0].off + r->item[0].len, &visitors))
         respond_page(c, visitors);
     else
-        respond_error(c, 503, NULL);
+        respond_status(c, 503, NULL);
 }
 
 /* A complete request: route it and start answering. Static files and
@@ -1351,19 +1354,19 @@ static void start_request(struct conn *c)
     case ROUTE_STATIC: serve_static(c, path, sizeof path); break;
     case ROUTE_PAGE: guestbook_start(c); break;
     case ROUTE_POST: post_guestbook(c); break;
-    default: respond_error(c, c->req.status, NULL); break;
+    default: respond_status(c, c->req.status, NULL); break;
     }
 }
 
 /* The head is in, the body is not: answer an Expect: 100-continue (see
- * expect_answer) with a 100, or say the request fails at once (its status
- * is in c->req.status). */
-static bool body_refused(struct conn *c)
+ * expect_answer) with a 100 (queued). False when the body will not be read:
+ * the request fails at once (its status is in c->req.status). */
+static bool answer_expect(struct conn *c)
 {
     int status = expect_answer(&c->req, c->buf);
     if (status == 100)
         send_continue(c);
-    return status >= 400;
+    return status < 400;
 }
 
 /* Serves the complete requests in c's buffer, in order, each as far as it
@@ -1375,16 +1378,16 @@ static void conn_advance(struct conn *c)
         /* Called again while a body arrives, the parser stays PARSE_DONE. */
         enum parse_result pr = http_parse(&c->req, c->buf, c->len);
         if (pr == PARSE_DONE && c->len < request_size(&c->req)) {
-            if (!body_refused(c))
+            if (answer_expect(c))
                 return; /* the body is on its way */
             pr = PARSE_ERROR;
         }
         if (pr == PARSE_AGAIN)
             return;
-        timer_set(c, T_NONE); /* complete: the reading clocks stop */
+        timer_set(c, T_UNTIMED); /* complete: the reading clocks stop */
         if (pr == PARSE_ERROR) {
-            c->linger = true;
-            respond_error(c, c->req.status, NULL);
+            c->linger_after = true;
+            respond_status(c, c->req.status, NULL);
         } else
             start_request(c);
     }
@@ -1460,7 +1463,7 @@ static void redis_drop_waiters(void)
     while (rd->head != rd->tail) {
         struct conn *c = fifo_pop();
         if (c) {
-            respond_error(c, 503, NULL);
+            respond_status(c, 503, NULL);
             conn_advance(c);
         }
     }
@@ -1556,13 +1559,13 @@ static void redis_queue(struct conn *c, int argc, const char *const argv[])
     struct redis *rd = &loop.redis;
     if (rd->closing ||
         (rd->fd < 0 && (loop.now < rd->retry_at || !redis_connect()))) {
-        respond_error(c, 503, NULL);
+        respond_status(c, 503, NULL);
         return;
     }
     size_t queued = rd->out.len;
     if (!resp_format(&rd->out, argc, argv) || !fifo_push(c)) {
         rd->out.len = queued; /* half a command would garble the stream */
-        respond_error(c, 503, NULL);
+        respond_status(c, 503, NULL);
         return;
     }
     if (rd->head + 1 == rd->tail && !rd->connecting)
@@ -2131,8 +2134,8 @@ static void slash_location(const struct http_request *r, const char *buf,
 }
 
 /* Every answered request passes here once: counters, then the access log. */
-static void count_response(const struct http_request *r, const char *buf,
-                           int status, size_t bytes)
+static void record_response(const struct http_request *r, const char *buf,
+                            int status, size_t bytes)
 {
     __atomic_fetch_add(&server.stats->served, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&server.stats->by_class[status / 100 % STATUS_CLASSES],

@@ -188,7 +188,7 @@ def idle_attack(lab):
                "sent a byte were sent something before the close ("
                + (repr(told[0].split(b"\r\n")[0][:40]) if told else "")
                + "): a connection that has not begun a request has nothing "
-               "to answer: close it silently (PARSE_AGAIN), as "
+               "to answer: close it silently (PARSE_CLOSED), as "
                "docs/DESIGN.md's limits say (idle: the connection is "
                "closed); a 408 would reach a keep-alive client that sends "
                "its next request just then as the answer to it; watch it: "
