@@ -277,6 +277,11 @@ def big_download(lab):
                "http://127.0.0.1:8000/big.bin with a big file in public/")
 
 
+# Pages of 700 KB asked one after another: a Redis read with a byte budget
+# stalled on about 5 pages in 6 (2026-11-27), so 4 miss it 1 time in 1,300.
+BIG_PAGES = 4
+
+
 @grader.check(10, "guestbook pages whose Redis replies are 150 KB and 700 "
               f"KB; Redis closes the link (CLIENT KILL): {LINK_BACK} s later "
               "the next page is served, 200")
@@ -298,15 +303,18 @@ def big_redis_reply(lab):
     for i in range(100):
         lab.redis.command("RPUSH", "guestbook:remarks",
                           f"0:{LONG_REMARK}{i}")
-    status, page = 0, b""
-    try:
-        status, page = get(server.port, "/guestbook", timeout=5)
-    except socket.timeout:
-        pass
-    lab.expect(status == 200 and page.count(LONG_REMARK.encode()) == 100,
-               f"status {status} (0: none in 5 s) for a page whose LRANGE "
-               "reply is 700 KB: a read that stops after so many bytes "
-               "leaves the rest in the socket, and no edge comes for it")
+    for k in range(BIG_PAGES):  # a read cut short stalls only when the
+        status, page = 0, b""   # rest is in already: most times, not all
+        try:
+            status, page = get(server.port, "/guestbook", timeout=5)
+        except socket.timeout:
+            pass
+        lab.expect(status == 200 and
+                   page.count(LONG_REMARK.encode()) == 100,
+                   f"status {status} (0: none in 5 s) for page {k + 1} of "
+                   f"{BIG_PAGES} whose LRANGE reply is 700 KB: a read that "
+                   "stops after so many bytes leaves the rest in the "
+                   "socket, and no edge comes for it")
     killed = lab.redis.command("CLIENT", "KILL", "TYPE", "normal")
     time.sleep(seconds(LINK_BACK))  # the link's EOF read, its backoff over
     start, status = time.monotonic(), 0

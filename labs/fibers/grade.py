@@ -18,8 +18,8 @@ from pathlib import Path
 
 from grading import (Grader, asking_clients, build,  # labs/grading.py
                      build_reference, death_telling, failing, get,
-                     idle_clients, raise_open_file_limit, seconds, smaps,
-                     status_field, wait_for)
+                     heap_blocks, idle_clients, raise_open_file_limit,
+                     seconds, smaps, status_field, wait_for)
 from processes import (fd_count, free_port,  # tests/processes.py
                        guarded_stacks, settled)
 
@@ -237,83 +237,11 @@ def served_or_refused(lab, port, pid, base, tally):
             s.close()
 
 
-# A shim (LD_PRELOAD) that counts the blocks malloc has handed out and not
-# had back, in a file the grader reads (LIVE_FILE: one long, mapped shared).
-LIVE_BLOCKS = r"""
-#define _GNU_SOURCE
-#include <fcntl.h>
-#include <stdlib.h>
-#include <sys/mman.h>
-#include <unistd.h>
-void *__libc_malloc(size_t);
-void *__libc_calloc(size_t, size_t);
-void *__libc_realloc(void *, size_t);
-void *__libc_memalign(size_t, size_t);
-void __libc_free(void *);
-static long early, *live = &early;
-__attribute__((constructor)) static void live_file(void)
-{
-    const char *path = getenv("LIVE_FILE");
-    int fd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
-    long *shared;
-    if (fd < 0 || ftruncate(fd, sizeof *shared) < 0)
-        return;
-    shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED,
-                  fd, 0);
-    close(fd);
-    if (shared == MAP_FAILED)
-        return;
-    *shared = early;
-    live = shared;
-}
-static void *counted(void *p)
-{
-    if (p)
-        __atomic_add_fetch(live, 1, __ATOMIC_RELAXED);
-    return p;
-}
-void *malloc(size_t n) { return counted(__libc_malloc(n)); }
-void *calloc(size_t k, size_t n) { return counted(__libc_calloc(k, n)); }
-void *memalign(size_t a, size_t n) { return counted(__libc_memalign(a, n)); }
-void *aligned_alloc(size_t a, size_t n) { return memalign(a, n); }
-int posix_memalign(void **p, size_t a, size_t n)
-{
-    void *q = memalign(a, n);
-    if (!q)
-        return 12; /* ENOMEM */
-    *p = q;
-    return 0;
-}
-void free(void *p)
-{
-    if (p)
-        __atomic_sub_fetch(live, 1, __ATOMIC_RELAXED);
-    __libc_free(p);
-}
-void *realloc(void *p, size_t n)
-{
-    void *q = __libc_realloc(p, n);
-    if (!p && q)
-        __atomic_add_fetch(live, 1, __ATOMIC_RELAXED);
-    else if (p && !n && !q)
-        __atomic_sub_fetch(live, 1, __ATOMIC_RELAXED);
-    return q;
-}
-"""
-
-
 @check(10, f"mprotect() failing: the {REFUSED} clients that came meanwhile "
        "are refused (no stack without a guard), nothing is leaked")
 def guard_fails(lab):
-    shim, source = lab.workdir / "live_blocks.so", lab.workdir / "live.c"
-    source.write_text(LIVE_BLOCKS)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
-                    str(source)], check=True, capture_output=True)
-    counts = lab.workdir / "live_blocks"
-    server, _, base, _, _ = at_rest(lab, env={"LD_PRELOAD": str(shim),
-                                              "LIVE_FILE": str(counts)})
-    def blocks():
-        return int.from_bytes(counts.read_bytes()[:8], "little", signed=True)
+    env, blocks = heap_blocks(lab)  # a preloaded malloc that counts
+    server, _, base, _, _ = at_rest(lab, env=env)
     size, held = status_field(server.pid, "VmSize"), blocks()  # KiB, blocks
     served = []
     for error in ERRORS:

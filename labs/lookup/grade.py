@@ -323,6 +323,20 @@ def all_ready_served(lab):
             f"in {seen} polls")
 
 
+def closed_by_server(c):
+    """Whether the server has closed c (its end reads EOF or an error),
+    looked at without waiting."""
+    c.sock.setblocking(False)
+    try:
+        gone = c.sock.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        gone = False
+    except OSError:
+        gone = True
+    c.sock.settimeout(seconds(5))
+    return gone
+
+
 def closed_early(conns, asked, stale=float("inf")):
     """Clients the server has closed leave conns: one whose last request
     went out IDLE_S or more ago was closed as idle, as it should be (a
@@ -336,15 +350,7 @@ def closed_early(conns, asked, stale=float("inf")):
             c.close()
             conns.remove(c)
             continue
-        c.sock.setblocking(False)
-        try:
-            gone = c.sock.recv(1, socket.MSG_PEEK) == b""
-        except BlockingIOError:
-            gone = False
-        except OSError:
-            gone = True
-        c.sock.settimeout(seconds(5))
-        if gone:
+        if closed_by_server(c):
             early += c in asked and now - asked[c] < IDLE_S - 0.1
             c.close()
             conns.remove(c)
@@ -474,15 +480,7 @@ def still_open(port, conns):
     the others asks once more (its idle timer starts again). Returns how
     many of those were not answered."""
     for c in list(conns):
-        c.sock.setblocking(False)
-        try:
-            gone = c.sock.recv(1, socket.MSG_PEEK) == b""
-        except BlockingIOError:
-            gone = False
-        except OSError:
-            gone = True
-        c.sock.settimeout(seconds(5))
-        if gone:
+        if closed_by_server(c):
             c.close()
             conns.remove(c)
     for c in conns:

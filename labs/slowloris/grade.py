@@ -494,6 +494,14 @@ time_t time(time_t *out)
 """
 
 
+def status_or_cut(conn):
+    """The status of conn's next answer, or "cut (why)" if none came."""
+    try:
+        return conn.read_response().status
+    except (AssertionError, OSError) as error:
+        return f"cut ({str(error)[:40]})"
+
+
 @grader.check(5, f"on a host up {UPTIME_DAYS} days (CLOCK_MONOTONIC's "
               "milliseconds past 2^32), a request in two pieces 1 s apart "
               "is served; and one in three pieces while the wall clock "
@@ -515,10 +523,7 @@ def long_uptime(lab):
         conn.send(ask[:16])
         time.sleep(1.0)
         conn.send_tolerating_reset(ask[16:])
-        try:
-            status = conn.read_response().status
-        except (AssertionError, OSError) as error:
-            status = f"cut ({str(error)[:40]})"
+        status = status_or_cut(conn)
     lab.expect(status == 200,
                f"with CLOCK_MONOTONIC {UPTIME_DAYS} days ahead, a request "
                f"sent in two pieces 1 s apart was {status}: its deadline "
@@ -534,10 +539,7 @@ def long_uptime(lab):
         conn.send_tolerating_reset(ask[16:28])
         time.sleep(1.0)
         conn.send_tolerating_reset(ask[28:])
-        try:
-            status = conn.read_response().status
-        except (AssertionError, OSError) as error:
-            status = f"cut ({str(error)[:40]})"
+        status = status_or_cut(conn)
     lab.expect(status == 200,
                f"a request sent in three pieces 1 s apart, the wall clock "
                f"(CLOCK_REALTIME) stepped {WALL_STEP // 3600} h ahead after "

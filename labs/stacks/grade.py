@@ -8,17 +8,15 @@ touched in reserve), with a guard page below every stack (an overflow
 must fault, not overwrite). The sizes are read from the server's own
 memory map, whatever sets them."""
 
-import mmap
 import re
 import resource
-import struct
 import subprocess
 import time
 from pathlib import Path
 
 from grading import (Grader, HeldClients, Unmet, _strace,  # labs/grading.py
                      ab_said, code_only, footprint, function_body, get,
-                     idle_clients, kept_clients, no_leak,
+                     heap_blocks, idle_clients, kept_clients, no_leak,
                      raise_open_file_limit, seconds, smaps, status_field,
                      thread_stacks, wait_for)
 from rawhttp import FORM_HEAD, Connection
@@ -65,95 +63,7 @@ MAX_FORM = (b"guest-name=" + b"%E4%B8%80" * 100 + b"&guest-remarks=" +
 WATCH = ("watch: ./threaded 8000 & then grep -E 'Threads|VmSize' "
          "/proc/$!/status and the stacks' Size and Rss in /proc/$!/smaps")
 grader = Grader("stacks")
-# Counts the heap blocks in use (every malloc, calloc, realloc and aligned
-# allocation that succeeded, less every free) into a file the grader maps:
-# a leak of a few bytes per connection is plain in the count long before
-# it is in the address space (glibc grows the heap in 128 KiB steps).
-BLOCK_COUNTER = r"""
-#define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
-#include <stdlib.h>
-#include <sys/mman.h>
-#include <unistd.h>
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void __libc_free(void *);
-extern void *__libc_memalign(size_t, size_t);
-extern void *__libc_valloc(size_t);
-extern void *__libc_pvalloc(size_t);
-static long early, *live = &early;
-static void *counted(void *p)
-{
-    if (p)
-        __atomic_add_fetch(live, 1, __ATOMIC_RELAXED);
-    return p;
-}
-__attribute__((constructor)) static void share(void)
-{
-    const char *path = getenv("LAB_BLOCK_COUNTER");
-    int fd = path ? open(path, O_RDWR) : -1;
-    if (fd < 0)
-        return;
-    long *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
-                        MAP_SHARED, fd, 0);
-    close(fd);
-    if (shared != MAP_FAILED) {
-        *shared = early;
-        live = shared;
-    }
-}
-void *malloc(size_t n) { return counted(__libc_malloc(n)); }
-void *calloc(size_t k, size_t n) { return counted(__libc_calloc(k, n)); }
-void free(void *p)
-{
-    if (p)
-        __atomic_sub_fetch(live, 1, __ATOMIC_RELAXED);
-    __libc_free(p);
-}
-void *realloc(void *p, size_t n)
-{
-    void *q = __libc_realloc(p, n);
-    if (!p)
-        return counted(q);
-    if (!q && n == 0) /* freed */
-        __atomic_sub_fetch(live, 1, __ATOMIC_RELAXED);
-    return q;
-}
-void *memalign(size_t a, size_t n) { return counted(__libc_memalign(a, n)); }
-void *aligned_alloc(size_t a, size_t n)
-{
-    return counted(__libc_memalign(a, n));
-}
-void *valloc(size_t n) { return counted(__libc_valloc(n)); }
-void *pvalloc(size_t n) { return counted(__libc_pvalloc(n)); }
-int posix_memalign(void **out, size_t a, size_t n)
-{
-    if (a % sizeof(void *) || (a & (a - 1)))
-        return EINVAL;
-    void *p = counted(__libc_memalign(a, n));
-    if (!p)
-        return ENOMEM;
-    *out = p;
-    return 0;
-}
-"""
 
-
-def block_counter(lab):
-    """The counting library, built, and its counter file: (env to start
-    the server with, a function that reads the count)."""
-    shim, source = lab.workdir / "blocks.so", lab.workdir / "blocks.c"
-    counter = lab.workdir / "blocks.count"
-    source.write_text(BLOCK_COUNTER)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
-                    str(source)], check=True, capture_output=True)
-    counter.write_bytes(bytes(mmap.PAGESIZE))
-    with counter.open("r+b") as file:
-        view = mmap.mmap(file.fileno(), mmap.PAGESIZE)
-    return ({"LD_PRELOAD": str(shim), "LAB_BLOCK_COUNTER": str(counter)},
-            lambda: struct.unpack_from("q", view)[0])
 
 
 def start(lab, env=ENV):
@@ -479,7 +389,7 @@ def handoff(lab):
               f"{REFUSALS} refused ones, leave no memory behind, beside a "
               "client that stays")
 def no_leaks(lab):
-    env, blocks = block_counter(lab)
+    env, blocks = heap_blocks(lab)
     server = start(lab, {**ENV, **env})
     with HeldClients(server.port, 1) as held:  # its thread stays, asleep
         first = blocks()
