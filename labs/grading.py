@@ -478,21 +478,33 @@ def function_body(code, name):
     return None
 
 
+def source_text(lab):
+    """The student's file, for a source review (fails if the grader was not
+    given it)."""
+    lab.expect(lab.source is not None, "the grader was not given the "
+               "source to review (tools/lab grade passes --src)")
+    return lab.source.read_text(errors="replace")
+
+
+def signal_handlers(code):
+    """The functions code installs as signal handlers (sa_handler,
+    sa_sigaction, signal())."""
+    handlers = set(re.findall(r"sa_(?:handler|sigaction)\s*=\s*([A-Za-z_]\w*)",
+                              code))
+    handlers |= set(re.findall(r"\bsignal\s*\(\s*\w+\s*,\s*([A-Za-z_]\w*)"
+                               r"\s*\)", code))
+    return handlers - {"SIG_IGN", "SIG_DFL", "NULL"}
+
+
 def review_handlers(lab):
     """A source review, since no black box reaches it: every function the
     student's file installs as a signal handler (sa_handler, sa_sigaction,
     signal()) calls only async-signal-safe functions (signal-safety(7);
     its own helpers are reviewed alike), and one that calls anything saves
     errno and restores it. Fails quoting the line; returns a note."""
-    lab.expect(lab.source is not None, "the grader was not given the "
-               "source to review (tools/lab grade passes --src)")
-    text = lab.source.read_text(errors="replace")
+    text = source_text(lab)
     code, lines = code_only(text), text.splitlines()
-    handlers = set(re.findall(r"sa_(?:handler|sigaction)\s*=\s*([A-Za-z_]\w*)",
-                              code))
-    handlers |= set(re.findall(r"\bsignal\s*\(\s*\w+\s*,\s*([A-Za-z_]\w*)"
-                               r"\s*\)", code))
-    handlers -= {"SIG_IGN", "SIG_DFL", "NULL"}
+    handlers = signal_handlers(code)
     seen, called = set(), {}
     todo = [(h, h) for h in sorted(handlers)]
     while todo:  # the handlers, and the file's own functions they call

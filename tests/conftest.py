@@ -131,12 +131,8 @@ def site(tmp_path_factory):
 def server(binary, site, redis):
     """A fresh server on a free port, stopped with SIGTERM after the test;
     the stop checks the exit code, the summary and the sanitizers."""
-    proc = ServerProcess(binary, site, redis.port)
-    try:
+    with ServerProcess(binary, site, redis.port) as proc:
         yield proc
-        proc.stop()
-    finally:
-        proc.cleanup()
 
 
 @pytest.fixture(scope="module")

@@ -552,6 +552,18 @@ class ServerProcess:
         m = SUMMARY_RE.search(self.stdout.decode("utf-8", "replace"))
         return (m.group(1),) + tuple(int(g) for g in m.groups()[1:])
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, trace):
+        """Leaving a `with`: stopped with its exit checks unless the block
+        failed, then cleaned up either way."""
+        try:
+            if kind is None:
+                self.stop()
+        finally:
+            self.cleanup()
+
     def cleanup(self):
         """Always called last: SIGKILL whatever is left of the server and its
         workers, by PID (nothing, after a clean stop), and close the pipe."""

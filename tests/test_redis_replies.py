@@ -174,12 +174,8 @@ def faked(binary, site, fake_redis):
     fake_redis.remarks = [stored("Ann", "first remark"),
                           stored("Bob", "second <remark>")]
     fake_redis.visitors = 41
-    server = ServerProcess(binary, site, fake_redis.port)
-    try:
+    with ServerProcess(binary, site, fake_redis.port) as server:
         yield server
-        server.stop()
-    finally:
-        server.cleanup()
 
 
 @pytest.fixture(scope="module")
@@ -383,7 +379,6 @@ def test_real_redis_error_replies_are_503_then_served(binary, site,
     # a string: each an error reply from a real Redis. Just under the limit
     # the count is still shown, all 19 digits of it.
     r = own_redis
-    server = ServerProcess(binary, site, r.port)
 
     def reset():
         r.command("DEL", "guestbook:remarks", "guestbook:visitors")
@@ -396,7 +391,7 @@ def test_real_redis_error_replies_are_503_then_served(binary, site,
         assert shown == count, case
         assert len(entries) == 1 and "real one" in entries[0], case
 
-    try:
+    with ServerProcess(binary, site, r.port) as server:
         reset()
         assert_serves("before")
         for case, key, setup in [
@@ -422,6 +417,3 @@ def test_real_redis_error_replies_are_503_then_served(binary, site,
         # One under the limit: INCR reaches it, and the page shows it.
         r.command("SET", "guestbook:visitors", LLONG_MAX - 1)
         assert_serves("at the limit", LLONG_MAX)
-        server.stop()
-    finally:
-        server.cleanup()

@@ -20,8 +20,8 @@ from pathlib import Path
 from grading import (Grader, Unmet, _strace, ab_ok, ab_said,  # labs/grading.py
                      code_only, connections, death, descriptors,
                      function_body, get, keepalive_load, kept_clients,
-                     raise_open_file_limit, seconds, stopped, strace_calls,
-                     strace_count, wait_for)
+                     raise_open_file_limit, seconds, source_text, stopped,
+                     strace_calls, strace_count, wait_for)
 
 REQUESTS = 4000  # keep-alive requests for /, 50 at a time
 PER_REQUEST = 0.5  # io_uring_enter calls per request; batched is near 0.1
@@ -487,9 +487,7 @@ def tags(code, text, depth=3):
 @grader.check(5, "every slot new_sqe() hands out is tagged with its owner "
               "(source review)")
 def tagged_slots(lab):
-    lab.expect(lab.source is not None, "the grader was not given the source "
-               "to review (tools/lab grade passes --src)")
-    text = lab.source.read_text(errors="replace")
+    text = source_text(lab)
     found = function_body(code_only(text), "new_sqe")
     lab.expect(found, "no new_sqe() found in the source")
     first, body = found

@@ -17,8 +17,8 @@ from pathlib import Path
 from grading import (Grader, HeldClients, Unmet, _strace,  # labs/grading.py
                      ab_said, code_only, footprint, function_body, get,
                      heap_blocks, idle_clients, kept_clients, no_leak,
-                     raise_open_file_limit, seconds, smaps, status_field,
-                     thread_stacks, wait_for)
+                     raise_open_file_limit, seconds, smaps, source_text,
+                     status_field, thread_stacks, wait_for)
 from rawhttp import FORM_HEAD, Connection
 
 IDLE = 300  # idle keep-alive clients: a thread (and a stack) each
@@ -464,9 +464,7 @@ def function_names(code):
 @grader.check(5, "no function keeps a writable buffer in static storage "
               "(a source review): every thread would share it")
 def shared_buffers(lab):
-    lab.expect(lab.source is not None, "the grader was not given the "
-               "source to review (tools/lab grade passes --src)")
-    text = lab.source.read_text(errors="replace")
+    text = source_text(lab)
     code, lines = code_only(text), text.splitlines()
     for name, (first, body) in function_names(code).items():
         for m in re.finditer(r"\bstatic\b([^;{}()]*?)\b([A-Za-z_]\w*)\s*\[",

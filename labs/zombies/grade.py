@@ -23,8 +23,9 @@ from types import SimpleNamespace
 from grading import (C_WORDS, Grader, HeldClients,  # labs/grading.py
                      Unmet, _strace, ab_said, asking_clients, code_only,
                      cpu_seconds, function_body, get, idle_clients,
-                     live_children, review_handlers, seconds, slowed,
-                     stopped, wait_for, zombie_children)
+                     live_children, review_handlers, seconds,
+                     signal_handlers, slowed, source_text, stopped,
+                     wait_for, zombie_children)
 from rawhttp import Connection  # tests/rawhttp.py
 
 BURST = 500  # children that exit while the server cannot run: one SIGCHLD
@@ -438,13 +439,9 @@ def keeps_errno(lab):
     nothing, or saves errno before its first call and restores it after
     its last and before every return that follows a call, or calls only
     functions of the file that do so themselves. Fails quoting the line."""
-    text = lab.source.read_text(errors="replace")
+    text = source_text(lab)
     code, lines = code_only(text), text.splitlines()
-    handlers = set(re.findall(r"sa_(?:handler|sigaction)\s*=\s*([A-Za-z_]\w*)",
-                              code))
-    handlers |= set(re.findall(r"\bsignal\s*\(\s*\w+\s*,\s*([A-Za-z_]\w*)"
-                               r"\s*\)", code))
-    handlers -= {"SIG_IGN", "SIG_DFL", "NULL"}
+    handlers = signal_handlers(code)
 
     def line_of(first, body, at):
         number = first + body.count("\n", 0, at)
