@@ -50,22 +50,27 @@ deps:
 	tools/deps.sh
 
 # The interpreter is picked inside each recipe, after deps has installed it.
-# From a fresh clone on 2026-11-27 (2 cores, nothing else running): 1,410 s
-# in all; the parallel tests 607 s, the serial 50 s, the labs 717 s (439
-# wrong and 61 right answers, 8 gradings at once).
 # The tests that measure nothing against time run TEST_JOBS at a time (they
-# mostly wait on sockets and timeouts); those marked serial run alone after.
-TEST_JOBS ?= 4
-# Gradings at once in tools/lab check (any lab's; they mostly wait on
-# timeouts and clients): a verdict that differs is graded again alone.
-LAB_JOBS ?= 8
+# mostly wait on sockets and timeouts), and beside them the labs are graded
+# (tools/lab check, LAB_JOBS gradings at once, any lab's: a verdict that
+# differs is graded again alone); the tests marked serial run alone after.
+TEST_JOBS ?= 8
+LAB_JOBS  ?= 8
 PYTEST = "$$(tools/python pytest httplint xdist)" -m pytest tests/
+LAB_LOG := labs/work/check.log
+
 test: deps
 	$(MAKE) all asan check-sync format-check
 	fuzz/run --check
-	$(PYTEST) -rs -n $(TEST_JOBS) --dist loadgroup -m "not serial" $(PYTEST_ARGS)
+	@mkdir -p $(dir $(LAB_LOG))
+	tools/lab check -j $(LAB_JOBS) > $(LAB_LOG) 2>&1 & labs=$$!; \
+	trap 'kill $$labs 2>/dev/null' INT TERM; \
+	$(PYTEST) -rs -n $(TEST_JOBS) --dist loadgroup -m "not serial" \
+	    $(PYTEST_ARGS); tests=$$?; \
+	echo "waiting for tools/lab check ($(LAB_LOG))"; \
+	wait $$labs; graded=$$?; cat $(LAB_LOG); \
+	test $$tests = 0 && test $$graded = 0
 	$(PYTEST) -rs -m serial $(PYTEST_ARGS)
-	tools/lab check -j $(LAB_JOBS)
 
 # The edit loop: build, check-sync, and one server's own tests (SERVER=epoll
 # and its ASan build), none of the labs, handouts, traces or sweeps.

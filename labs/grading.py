@@ -775,9 +775,11 @@ class Grader:
         parser.add_argument("--src", help="the student's main.c, for the "
                             "checks that review the source")
         parser.add_argument("--first-fail", action="store_true",
+                            default=os.environ.get("GRADE_FIRST_FAIL") == "1",
                             help="stop at the first failed check (the score "
                             "is short then; tools/lab check needs no more "
-                            "of a starter)")
+                            "of a starter); GRADE_FIRST_FAIL=1 in the "
+                            "environment does the same")
         parser.add_argument("--total", action="store_true",
                             help="print the lab's total points and exit "
                             "(BINARY is not run)")

@@ -26,6 +26,7 @@ Python 3 standard library only (the labs' instructor pack copies this file).
 
 import contextlib
 import os
+import random
 import re
 import resource
 import select
@@ -41,6 +42,7 @@ LOCAL_ADDRESS = "127.0.0.1"  # where this machine's processes listen
 MODELS = ("iterative", "forking", "preforked", "threaded", "prethreaded",
           "poll", "epoll", "io_uring", "reuseport", "fibers")
 START_TIMEOUT = 10.0  # seconds for a server, redis or nginx to come up
+PORT_ATTEMPTS = 3  # a server whose free port was taken meanwhile: again
 STOP_TIMEOUT = 10.0  # seconds for a process to exit after SIGTERM (ASan is slow)
 CHILD_EXIT_TIMEOUT = 3.0  # seconds for workers to go after their parent
 REQUEST_TIMEOUT = 10  # seconds from a request's first byte to its end
@@ -110,12 +112,31 @@ class StartError(RuntimeError, AssertionError):
 
 # ---- ports and waiting ----
 
+def ephemeral_ports():
+    """The range the kernel picks a connecting socket's own port from."""
+    with contextlib.suppress(OSError, ValueError):
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range") \
+            .read_text().split()
+        return int(low), int(high)
+    return 32768, 60999
+
+
 def free_port(remote=None):
-    """A port nobody listens on right now (the kernel picks it). With a
-    remote address: one that nothing there accepts on either."""
+    """A port nobody listens on right now. Below the ephemeral range where
+    there is room (as on a stock kernel, 32768-60999): there no client's
+    connect() can take it before the server binds it, which under many
+    parallel tests it otherwise now and then does. With a remote address:
+    one that nothing there accepts on either."""
+    low = ephemeral_ports()[0]
     while True:
         with socket.socket() as s:
-            s.bind((LOCAL_ADDRESS, 0))
+            if low > 11000:
+                try:
+                    s.bind((LOCAL_ADDRESS, random.randrange(10000, low)))
+                except OSError:
+                    continue  # taken: another pick
+            else:
+                s.bind((LOCAL_ADDRESS, 0))
             port = s.getsockname()[1]
         if remote is None or not accepts(port, remote):
             return port
@@ -437,8 +458,6 @@ class ServerProcess:
         self.binary = binary
         self.name = binary.id
         self.model = binary.model
-        self.port = free_port()
-        self.stderr_path = Path(site).parent / f"{binary.id}-{self.port}.stderr"
         self.stdout = b""
         self.result = None  # exit code, set by stop()
         self.workers = {}  # {pid: starttime} below the server at stop()
@@ -454,16 +473,31 @@ class ServerProcess:
                 limit_descriptors(nofile)
             if blocked:
                 signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
-        with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [str(binary.path), str(self.port), "127.0.0.1", str(redis_port)],
-                cwd=site, env=full_env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=err,
-                preexec_fn=inherited if nofile is not None or blocked else None)
-        self.pid = self.proc.pid
-        if spawned:
-            spawned(self)
-        self._wait_listening()
+        for attempt in range(PORT_ATTEMPTS):
+            self.port = free_port()
+            self.stderr_path = (Path(site).parent /
+                                f"{binary.id}-{self.port}.stderr")
+            with open(self.stderr_path, "wb") as err:
+                self.proc = subprocess.Popen(
+                    [str(binary.path), str(self.port), "127.0.0.1",
+                     str(redis_port)], cwd=site, env=full_env,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    stderr=err, preexec_fn=inherited
+                    if nofile is not None or blocked else None)
+            self.pid = self.proc.pid
+            if spawned:
+                spawned(self)
+            try:
+                self._wait_listening()
+                return
+            except StartError:
+                # the free port was taken before the server bound it (a
+                # client's connect() where no port is kept out of the
+                # ephemeral range): another port, not a failed test
+                if (attempt + 1 == PORT_ATTEMPTS or
+                        "Address already in use" not in self.stderr()):
+                    raise
+                self.stdout = b""
 
     def stderr(self):
         return self.stderr_path.read_bytes().decode("utf-8", "replace")

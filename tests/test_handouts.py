@@ -9,6 +9,8 @@ first test asks, so `-k zombies` runs only that lab. Each copy starts with
 the servers this checkout has built (`--built`: make test built them
 first), so a handout's `make all` finds them up to date; building from
 scratch in a fresh copy is what the README's first screen checks below.
+Their gradings stop at the first FAIL (`--first-fail`): that shows the
+command works, and `tools/lab check` grades every starter.
 
 Run: python3 -m pytest tests/test_handouts.py -v
 """
@@ -55,7 +57,7 @@ def runs(request):
     selected = [item.callspec.params["lab"] for item in request.session.items
                 if item.module is request.module and hasattr(item, "callspec")]
     with concurrent.futures.ThreadPoolExecutor(AT_ONCE) as pool:
-        yield {lab: pool.submit(run_blocks, lab, "--built")
+        yield {lab: pool.submit(run_blocks, lab, "--built", "--first-fail")
                for lab in selected}
 
 
