@@ -333,6 +333,28 @@ def test_endless_header_line_is_431_without_waiting_for_its_end(server):
     assert time.monotonic() - started < REQUEST_TIMEOUT / 2
 
 
+def test_error_reply_with_input_unread_ends_in_a_fin_not_a_reset(server):
+    # A head over 8 KiB, sent whole with some 40 KiB more, then the client's
+    # FIN: the server answers 431 with most of it still unread. It must
+    # half-close and drain (docs/DESIGN.md §5, lingering), so the client
+    # reads the reply and then a clean end of stream. A plain close() with
+    # unread input sends RST instead, which can destroy the reply.
+    raw = b"GET / HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * (48 * 1024)
+    with Connection(server.port) as conn:
+        conn.send_tolerating_reset(raw)
+        conn.sock.shutdown(socket.SHUT_WR)
+        data = b""
+        while True:
+            try:
+                chunk = conn.sock.recv(65536)
+            except ConnectionResetError:
+                raise AssertionError(f"reset after {data[:80]!r}") from None
+            if not chunk:
+                break
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 431 "), data[:200]
+
+
 def test_clients_after_a_lingering_error_reply_are_served(server):
     # An oversized body is refused with 413 while the body still arrives:
     # the server half-closes and drains before closing. The next client may

@@ -78,6 +78,20 @@ def test_target_bound_is_4096_bytes(server, over):
             assert resp.status == 200, (prefix, resp)
 
 
+
+def test_head_bound_crossed_in_the_target_is_414(server):
+    # Blank lines before a request line are tolerated (RFC 9112 §2.2), and
+    # they count toward the head's 8 KiB. When that bound is crossed while
+    # the target is still arriving, the target is what did not fit: 414
+    # (shorten the URL), not 431 (send fewer headers), though the target
+    # alone is under its own 4 KiB.
+    lead = b"\r\n" * 3000
+    target = b"/?" + b"q" * (MAX_URI - 100)
+    resp = exchange(server.port, lead + b"GET " + target +
+                    b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert len(lead) + len(b"GET ") + len(target) > MAX_HEAD
+    assert_html_error(resp, 414)
+
 @EDGES
 def test_method_bound_is_16_characters(server, over):
     # A method no server knows: 501 while it is short enough to read,

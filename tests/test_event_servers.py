@@ -12,6 +12,7 @@ the server gave back every descriptor (counted in /proc/PID/fd).
 import select
 import signal
 import socket
+import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,7 @@ FD_MARGIN = 512  # descriptors beyond the idle clients: ours, the server's
 PROMPT = 0.5  # seconds: "served promptly" while the loop is under strain
 REDIS_TIMEOUT = 1.0  # seconds the servers wait for a Redis reply
 STALLED_READERS = 50
+SEND_TIMEOUT = 10.0  # seconds without write progress: the reader is dropped
 WARM_UP = 0.5  # seconds of guestbook load before the descriptors are counted
 
 
@@ -127,6 +129,24 @@ def test_readers_that_stop_reading_cost_no_memory_or_time(server, site):
             conn.close()
 
 
+def test_reader_that_stops_reading_is_dropped(server, site):
+    # A client asks for the 8 MiB file and never reads. Once its socket is
+    # full, the server waits SEND_TIMEOUT for progress, then drops it: a
+    # reader gone silent does not hold a connection for ever. The bytes in
+    # flight still arrive, then the end: the file is cut short.
+    size = (site / "public" / "big.bin").stat().st_size
+    got = 0
+    with slow_reader(server.port) as conn:
+        time.sleep(SEND_TIMEOUT + 2)
+        conn.sock.settimeout(3)
+        try:
+            while chunk := conn.sock.recv(1 << 20):
+                got += len(chunk)
+        except (ConnectionResetError, socket.timeout):
+            pass  # a timeout: still open, the whole file read
+    assert got < size, f"never dropped: {got} bytes read after its nap"
+
+
 def test_half_sent_request_does_not_delay_others(server):
     with Connection(server.port) as half:
         half.send(b"GET / HTTP/1.1\r\nHost: x\r\nAccept: text/")
@@ -189,6 +209,37 @@ def test_stopped_redis_then_continued(binary, site, tmp_path):
             redis.proc.send_signal(signal.SIGCONT)
         assert_recovers(server.port, timeout=5.0, checks=5,
                         settle=redis_settle(server.model))
+        server.stop()
+    finally:
+        server.cleanup()
+        redis.stop()
+
+
+def test_client_gone_while_waiting_for_redis(binary, site, tmp_path):
+    # A kept connection (the loop watches it) asks for the page while Redis
+    # is silent (frozen with SIGSTOP for less than the reply timeout), then
+    # leaves with a reset: an error event while its reply is due. The
+    # reply, when it comes, is owed to no one: dropped, not handed to
+    # memory the gone client left. The server serves on and stops cleanly.
+    redis = RedisServer(tmp_path / "redis").start()
+    server = ServerProcess(binary, site, redis.port)
+    try:
+        assert get(server.port, "/guestbook").status == 200
+        with Connection(server.port) as gone:
+            gone.send(b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert gone.read_response().status == 200
+            redis.proc.send_signal(signal.SIGSTOP)
+            try:
+                gone.send(b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n")
+                time.sleep(0.2)
+                gone.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                     struct.pack("ii", 1, 0))
+                gone.close()
+                time.sleep(0.2)  # the server sees it leave
+            finally:
+                redis.proc.send_signal(signal.SIGCONT)
+        for _ in range(5):
+            assert get(server.port, "/guestbook").status == 200
         server.stop()
     finally:
         server.cleanup()

@@ -11,15 +11,17 @@ exact ones (except where a test sets the counter itself just before).
 
 import html
 import re
+import socket
 import subprocess
 import time
 import urllib.parse
 
 import pytest
 
-from processes import REPO, ServerProcess, free_port, token
-from rawhttp import (FORM_HEAD, Connection, assert_html_error, exchange,
-                     media_type)
+from processes import (REPO, RedisServer, ServerProcess, fd_count, free_port,
+                       token, wait_for_fds)
+from rawhttp import (FORM_HEAD, SMALL_RCVBUF, Connection, assert_html_error,
+                     exchange, get, media_type)
 
 COUNT_RE = r"\d{1,3}(?:,\d{3})*"  # 1,234,567: groups of three after the first
 # The form rule (docs/DESIGN.md §3): the limits in characters (code points; a
@@ -410,6 +412,55 @@ def test_redis_down_post_is_503_with_the_text_kept(binary, site):
         server.stop()
     finally:
         server.cleanup()
+
+
+@pytest.mark.models("iterative", "forking", "threaded", "poll", "epoll",
+                    "io_uring", "fibers")
+def test_guestbook_clients_leave_no_descriptor_behind(server):
+    # Models whose Redis links do not grow with their clients: one link in
+    # 01 and in each event loop, a link per child (02) or per client thread
+    # (04) that goes with it. Once a page has opened the link, more clients
+    # each asking for the page leave the server's descriptors as they were.
+    assert get(server.port, "/guestbook").status == 200
+    baseline = fd_count(server.pid)
+    for _ in range(20):
+        assert get(server.port, "/guestbook").status == 200
+    assert wait_for_fds(server.pid, baseline) <= baseline
+
+
+def test_large_pages_pipelined_to_a_reader_that_waits(binary, site,
+                                                      tmp_path):
+    # Pages of 100 long remarks, each escaped to four times its length
+    # (some 800 KB a page), asked for 8 times in one go by a client with a
+    # small window that reads nothing for a second: more than the kernel's
+    # socket buffers hold, so a write falls short of its page, and must
+    # resume where it stopped. (01 answers one request a connection.) Its
+    # own Redis: pages this size are no one else's business.
+    redis = RedisServer(tmp_path / "redis").start()
+    try:
+        remarks = [f"{token()} " + "<&>" * 600 for _ in range(100)]
+        for remark in remarks:
+            redis.command("RPUSH", "guestbook:remarks", f"4:Slow{remark}")
+        shown = [f"{r} <span class=\"guest-name\">\u2014 Slow</span>"
+                 for r in remarks]
+        with ServerProcess(binary, site, redis.port) as server, \
+                Connection(server.port, timeout=10) as conn:
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF,
+                                 SMALL_RCVBUF)
+            conn.send(b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n" * 8)
+            time.sleep(1)
+            for _ in range(8):
+                resp = conn.read_response()
+                assert resp.status == 200, resp
+                m = page_regex(site).match(resp.body.decode("utf-8"))
+                assert m, resp.body[:300]
+                entries = re.findall(r'<p class="guest-entry">(.*?)</p>',
+                                     m.group("remarks"), re.S)
+                assert [html.unescape(e) for e in entries] == shown
+                if resp.headers.get("Connection") == "close":
+                    break
+    finally:
+        redis.stop()
 
 
 def test_post_without_content_length_is_411(server):

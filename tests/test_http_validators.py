@@ -310,6 +310,7 @@ RANGE_CASES = [  # (Range, first byte, last byte) of a 100-byte file
     ("bytes=90-", 90, 99),
     ("bytes=-5", 95, 99),
     ("bytes=95-500", 95, 99),
+    ("bytes=50-100", 50, 99),  # one past the end, exactly: clamped too
     ("bytes=-500", 0, 99),
     ("BYTES=99-99", 99, 99),
 ]

@@ -295,6 +295,7 @@ GET_CASES = [
     ("simple-string", [b"+42\r\n"], False),
     ("array-of-one", [array(bulk("42"))], False),
     ("past-the-integer-limit", [bulk("9223372036854775808")], False),
+    ("bulk-shorter-than-its-text", [b"$2\r\n421\r\n"], False),
     ("cut-mid-bulk", [b"$2\r\n4"], True),
 ]
 

@@ -65,6 +65,18 @@ def test_head_has_headers_but_no_body(server, site):
         assert conn.wait_closed(3)
 
 
+def test_head_of_a_missing_file_has_no_body(server):
+    # An error page obeys HEAD too: its head says the page's length, and
+    # none of the page follows.
+    with Connection(server.port) as conn:
+        conn.send(b"HEAD /no-such-file.html HTTP/1.1\r\nHost: x\r\n"
+                  b"Connection: close\r\n\r\n")
+        resp = conn.read_response(head=True)
+        assert resp.status == 404
+        assert int(resp.headers["Content-Length"]) > 0
+        assert conn.wait_closed(3)
+
+
 def test_missing_file_is_404_with_html_body(server):
     resp = exchange(server.port,
                     b"GET /no-such-file.html HTTP/1.1\r\nHost: x\r\n\r\n")
