@@ -64,6 +64,9 @@ def readable(conns):
 
 # ---- many idle connections ----
 
+# Serial: all 10,000 must open within the 5 s idle timeout, which beside
+# make test's parallel tests and lab gradings took 4.3-5.3 s (2026-11-27).
+@pytest.mark.serial
 def test_10000_idle_keep_alive_connections(server):
     need_descriptors(WANTED_FDS)
     baseline = settled(lambda: fd_count(server.pid), "descriptor count")

@@ -31,8 +31,9 @@ LAB_TOOL = REPO / "tools" / "lab"
 LABS = sorted(p.parent.name for p in (REPO / "labs").glob("*/lab.toml"))
 CANNOT_ISOLATE = 77  # tools/lab blocks: namespaces refused on this machine
 # Three at a time: with the servers prebuilt, a handout mostly waits on its
-# starter's grading (2026-11-27: the ten took 802 s in all, slowloris 250 s,
-# two at a time, beside the 607 s of make test's parallel pytest)
+# starter's grading, to the first FAIL (2026-11-27: slowloris 91 s alone,
+# 196 s in make test beside tools/lab check; the handouts are the longest
+# part of make test's parallel pytest, 615 s)
 AT_ONCE = 3
 # tools/lab stops each block after 240 s; this bounds a whole lab (its
 # copy, a few blocks) should that ever fail.
