@@ -79,6 +79,16 @@ def test_sigterm_with_an_idle_connection_exits_cleanly(server):
         started = time.monotonic()
         assert server.terminate(timeout=3) == 0
         assert time.monotonic() - started < 3
+        # and nothing of it (02's child, say) still holds the kept one
+        kept.sock.settimeout(3)
+        try:
+            left = kept.sock.recv(1)
+        except ConnectionResetError:
+            left = b""
+        except TimeoutError:
+            left = None
+        assert left == b"", "the kept connection was still open 3 s " \
+            "after the server exited"
     # With the sockets closed, the full exit checks apply (workers gone).
     server.stop()
     assert server.summary()[1:3] == (1, 1)
@@ -133,9 +143,24 @@ def test_redis_restart_between_pages_costs_no_503(binary, site, tmp_path):
         redis.stop()
 
 
-def test_no_zombie_children_after_requests(server):
-    for _ in range(20):
-        assert get(server.port, "/").status == 200
+@pytest.mark.parametrize("clients", ["one-after-another", "30-at-once"])
+def test_no_zombie_children_after_requests(server, clients):
+    if clients == "one-after-another":
+        for _ in range(20):
+            assert get(server.port, "/").status == 200
+    else:  # their children (02) exit together: one SIGCHLD for many
+        conns = [socket.create_connection(("127.0.0.1", server.port),
+                                          timeout=10) for _ in range(30)]
+        try:
+            for conn in conns:
+                conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n"
+                             b"Connection: close\r\n\r\n")
+            for conn in conns:
+                while conn.recv(65536):
+                    pass
+        finally:
+            for conn in conns:
+                conn.close()
     # Reaping is asynchronous (SIGCHLD): allow it a moment.
     deadline = time.monotonic() + 2
     while True:
@@ -148,15 +173,25 @@ def test_no_zombie_children_after_requests(server):
 
 
 @pytest.mark.models("preforked")
-def test_killed_worker_is_replaced(server):
+@pytest.mark.parametrize("killed", ["one", "all-behind-one-sigchld"])
+def test_killed_worker_is_replaced(server, killed):
+    """One worker killed, or every one while the supervisor is stopped (so
+    their SIGCHLDs arrive as one): each is reaped and replaced."""
     workers = settled(lambda: children(server.pid), "worker pool")
     assert workers, "no worker processes"
-    victim = workers[0]
-    os.kill(victim, signal.SIGKILL)
+    victims = workers[:1] if killed == "one" else workers
+    if killed != "one":
+        os.kill(server.pid, signal.SIGSTOP)
+    for victim in victims:
+        os.kill(victim, signal.SIGKILL)
+    if killed != "one":
+        time.sleep(0.2)  # all dead; one SIGCHLD pending
+        os.kill(server.pid, signal.SIGCONT)
     deadline = time.monotonic() + 3
     while True:
         now = children(server.pid)
-        if victim not in now and len(now) == len(workers):
+        alive = [c for c in now if (proc_stat(c) or ("",))[0] != "Z"]
+        if not set(victims) & set(now) and len(alive) == len(workers):
             break
         assert time.monotonic() < deadline, f"workers {workers} -> {now}"
         time.sleep(0.05)
