@@ -342,7 +342,8 @@ def still_running(pids):
 class RedisServer:
     """A private redis-server on a free port, nothing saved to disk, its log
     in workdir/redis.log: start() (again after kill(), on the same port),
-    command(), stop(). It listens on the bind addresses. loadtest/harness.py
+    command(), stop(); `with RedisServer(...).start() as redis:` stops it
+    on leaving. It listens on the bind addresses. loadtest/harness.py
     runs it on chosen CPUs or another host by overriding launch(),
     folder(), where() and address."""
 
@@ -406,6 +407,12 @@ class RedisServer:
     def stop(self, grace=STOP_TIMEOUT):
         if self.proc is not None:
             stop(self.proc, grace=grace)
+
+    def __enter__(self):  # with RedisServer(...).start() as redis:
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
 
 
 class RedisError(RuntimeError):

@@ -193,16 +193,13 @@ def test_remarks_posted_one_after_another_are_all_shown(binary, site,
     """Three remarks on a Redis of its own: the page lists all three, in
     the order posted (a reply of several bulk strings is framed whole, not
     just the first or the last of them)."""
-    redis = RedisServer(tmp_path / "redis").start()
-    try:
-        with ServerProcess(binary, site, redis.port) as server:
-            tags = [token() for _ in range(3)]
-            for tag in tags:
-                assert post_form(server.port, f"guest-name=x&guest-remarks="
-                                 f"{tag}".encode()).status == 303
-            _, entries = get_page(server.port, site)
-    finally:
-        redis.stop()
+    with RedisServer(tmp_path / "redis").start() as redis, \
+            ServerProcess(binary, site, redis.port) as server:
+        tags = [token() for _ in range(3)]
+        for tag in tags:
+            assert post_form(server.port, f"guest-name=x&guest-remarks="
+                             f"{tag}".encode()).status == 303
+        _, entries = get_page(server.port, site)
     assert len(entries) == 3, entries
     assert [t for e in entries for t in tags if t in e] in (tags, tags[::-1])
 

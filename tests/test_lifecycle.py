@@ -127,9 +127,8 @@ def test_redis_restart_between_pages_costs_no_503(binary, site, tmp_path):
     # a fresh link is safe (blocking_redis), and the first page after the
     # restart is served, not answered 503. (The event servers back off
     # instead: test_redis_outage_gives_503_then_recovers.)
-    redis = RedisServer(tmp_path / "redis").start()
-    server = ServerProcess(binary, site, redis.port)
-    try:
+    with RedisServer(tmp_path / "redis").start() as redis, \
+            ServerProcess(binary, site, redis.port) as server:
         for _ in range(RECOVERY_CHECKS):
             assert get(server.port, "/guestbook").status == 200
         redis.kill()
@@ -137,10 +136,6 @@ def test_redis_restart_between_pages_costs_no_503(binary, site, tmp_path):
         statuses = [get(server.port, "/guestbook").status
                     for _ in range(RECOVERY_CHECKS)]
         assert statuses == [200] * RECOVERY_CHECKS, statuses
-        server.stop()
-    finally:
-        server.cleanup()
-        redis.stop()
 
 
 @pytest.mark.parametrize("clients", ["one-after-another", "30-at-once"])

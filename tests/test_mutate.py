@@ -5,27 +5,18 @@ exactly once in its file, so a server edit that breaks a mutant fails
 mutant it cannot apply, as an error, never as a survivor. Fast: nothing is
 built and no server runs."""
 
-import importlib.machinery
-import importlib.util
 import subprocess
 import sys
 
 import pytest
 
 from processes import REPO
+from scripts import load
 
 TOOL = REPO / "tools" / "mutate"
 
 
-def load_tool():
-    loader = importlib.machinery.SourceFileLoader("mutate_tool", str(TOOL))
-    spec = importlib.util.spec_from_loader("mutate_tool", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-mutate = load_tool()
+mutate = load(TOOL, "mutate_tool")
 try:
     MUTANTS = mutate.load()
 except mutate.MutantError:

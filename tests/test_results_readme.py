@@ -9,8 +9,6 @@ beside the unpinned one once both folders are kept, and loadtest/results/
 must hold what the documents cite and nothing else.
 """
 
-import importlib.machinery
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -19,6 +17,7 @@ import sys
 import pytest
 
 from processes import REPO
+from scripts import load
 
 TOOL = REPO / "loadtest" / "results-readme"
 RESULTS = REPO / "loadtest" / "results"
@@ -131,14 +130,6 @@ def test_pinned_beside_unpinned_once_both_are_kept(tmp_path):
                    for c in before}
 
 
-def load_tool():
-    loader = importlib.machinery.SourceFileLoader("results_readme", str(TOOL))
-    spec = importlib.util.spec_from_loader("results_readme", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
 def test_results_holds_what_the_documents_cite():
     tracked = subprocess.run(
         ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True,
@@ -149,7 +140,7 @@ def test_results_holds_what_the_documents_cite():
                  and not path.startswith("loadtest/results/")]
     cited = {name for path in documents
              for name in CITATION.findall((REPO / path).read_text())}
-    tool = load_tool()
+    tool = load(TOOL, "results_readme")
     planned = {tool.CLASSIC_UNPINNED, tool.CLASSIC_PINNED}  # sweep-table's
     assert kept, "no kept results"
     assert sorted(kept - cited) == [], "kept but cited by no document"
