@@ -64,7 +64,8 @@ PYTEST = "$$(tools/python pytest httplint xdist)" -m pytest tests/
 LAB_LOG := labs/work/check.log
 
 test: deps
-	$(MAKE) all asan check-sync format-check
+	$(MAKE) -j 2 all asan
+	$(MAKE) check-sync format-check
 	fuzz/run --check
 	@mkdir -p $(dir $(LAB_LOG))
 	tools/lab check -j $(LAB_JOBS) > $(LAB_LOG) 2>&1 & labs=$$!; \
