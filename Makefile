@@ -68,7 +68,8 @@ test: deps
 	$(MAKE) check-sync format-check
 	fuzz/run --check
 	@mkdir -p $(dir $(LAB_LOG))
-	tools/lab check -j $(LAB_JOBS) > $(LAB_LOG) 2>&1 & labs=$$!; \
+	tools/lab check -j $(LAB_JOBS) --times $(LAB_LOG:.log=-times.tsv) \
+	    > $(LAB_LOG) 2>&1 & labs=$$!; \
 	trap 'kill $$labs 2>/dev/null' INT TERM; \
 	$(PYTEST) -rs -n $(TEST_JOBS) --dist loadgroup -m "not serial" \
 	    $(PYTEST_ARGS); tests=$$?; \
