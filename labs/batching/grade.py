@@ -41,6 +41,7 @@ CROWD = 5000  # idle clients timed out in one loop turn: more than RING
 STOP_CROWD = 9000  # clients connected at the stop: over twice RING
 WAITERS = 5000  # clients answered 503 in one turn when Redis does not answer
 IDLE = 5  # seconds: the servers' idle timeout
+BUSY_AFTER = 1.5  # s after the crowd's last answer: the busy client comes
 REDIS_TIMEOUT = 1  # seconds: a Redis reply overdue, the waiters get 503
 LONE = 20  # requests of a lone client, one after another, per page
 LONE_LIMIT = 5  # seconds for all of them (the reference: about 0.05 s)
@@ -276,14 +277,29 @@ def full_ring(lab):
     lab.expect(first == CROWD, f"{first} of {CROWD} keep-alive clients "
                "answered their first request within 30 s"
                + (f"; {death(lab)}" if death(lab) else ""))
-    time.sleep(IDLE / 2)  # a client whose idle timer falls due later
+    # Their idle timers started as each was answered, spread over the time
+    # the crowd took to connect (seconds on a busy machine, so that the
+    # first could fall due before the stop, a few per turn). Asked again
+    # while the server is stopped, they all restart within its next turns.
+    with stopped(server.pid):
+        for c in clients:
+            c.sendall(ASK)
+    asked = time.monotonic()  # no idle timer of the crowd due before +IDLE
+    again = sum(bool(r) and r.startswith(b"HTTP/1.1 200")
+                for r in responses(clients, 30))
+    answered = time.monotonic()
+    lab.expect(again == CROWD, f"{again} of {CROWD} keep-alive clients "
+               "answered their second request within 30 s"
+               + (f"; {death(lab)}" if death(lab) else ""))
+    time.sleep(BUSY_AFTER)  # a client whose idle timer falls due later
     busy = kept_clients(server.port, 1)[0]  # asks again during the stop
     got = answer(busy)
     lab.expect(got and got.startswith(b"HTTP/1.1 200"),
                f"a new client got {(got or b'nothing')[:20]!r}")
-    closed = []
+    closed, margin = [], []
 
     def burst():
+        margin.append(asked + IDLE - time.monotonic())
         with stopped(server.pid):  # every idle timer of the crowd falls due
             time.sleep(max(0, answered + IDLE + 0.5 - time.monotonic()))
             busy.sendall(ASK)  # its operations: the turn's first entries
@@ -328,6 +344,7 @@ def full_ring(lab):
                "clients came, 5 s after each was closed: an operation of "
                "that turn was lost or went to the wrong owner (a slot taken "
                "before a submit, or retaken without its user_data)")
+    return f"stopped {margin[0]:.1f} s before the crowd's first idle timer"
 
 
 @grader.check(10, f"{WAITERS} clients waiting on a Redis that does not "
@@ -484,7 +501,36 @@ def tags(code, text, depth=3):
     return False
 
 
-@grader.check(5, "every slot new_sqe() hands out is tagged with its owner "
+REAP = (r"\b(io_uring_peek_cqe|io_uring_wait_cqes?|io_uring_for_each_cqe|"
+        r"io_uring_peek_batch_cqe|io_uring_cqe_seen|io_uring_cq_advance|"
+        r"dispatch)\s*\(")  # completions taken in, handed to their owners
+
+
+def reaps(code, text, depth=3, seen=()):
+    """The reaping call text makes (itself, or through a function of
+    code's that it calls, up to depth calls deep), or None."""
+    found = re.search(REAP, text)
+    if found:
+        return found[0].rstrip("( ")
+    called = set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", text))
+    for name in called - set(seen) - {"if", "while", "for", "switch",
+                                       "return", "sizeof"}:
+        body = function_body(code, name) if depth else None
+        said = body and reaps(code, body[1], depth - 1, (*seen, name))
+        if said:
+            return f"{name}() -> {said}"
+    return None
+
+
+def line_of(text, first, body, at):
+    """The source line (number, text) of offset `at` in a function body
+    that starts on line `first`."""
+    line = first + body.count("\n", 0, at)
+    return line, text.splitlines()[line - 1].strip()[:70]
+
+
+@grader.check(5, "every slot new_sqe() hands out is tagged with its owner, "
+              "whatever its owner, and new_sqe() reaps no completion "
               "(source review)")
 def tagged_slots(lab):
     text = source_text(lab)
@@ -492,6 +538,27 @@ def tagged_slots(lab):
     lab.expect(found, "no new_sqe() found in the source")
     first, body = found
     code = code_only(text)
+    said = reaps(code, body, seen=("new_sqe",))
+    lab.expect(not said, f"new_sqe() takes in completions ({said}) and "
+               "hands them to their owners: a completion handler then runs "
+               "inside whatever code asked for a slot (conn_close(), the "
+               "timers' loop, another handler halfway through), which "
+               "re-enters state it is in the middle of; new_sqe() submits "
+               "on a full ring, and only the loop reaps")
+    for tag in re.finditer(TAG, body):  # a tag set only for some slots
+        start = max(body.rfind(";", 0, tag.start()),
+                    body.rfind("}", 0, tag.start()))
+        cond = re.search(r"\bif\s*\((.*)\)", body[start + 1:tag.start()],
+                         re.S)
+        line, said = line_of(text, first, body, tag.start())
+        lab.expect(not cond or not re.search(r"\b(?!sqe\b)[A-Za-z_]\w*",
+                                             cond[1]),
+                   f"new_sqe() line {line} tags the slot only when "
+                   f"{' '.join(cond[1].split()) if cond else ''} "
+                   f"({said!r}): a slot left untagged keeps the user_data "
+                   "of the entry it held before, whatever its owner (a "
+                   "close or a cancel with none too), so its completion "
+                   "goes to that entry's owner; tag every slot")
     for ret in re.finditer(r"\breturn\b[^;]*;", body):
         taken = [m.end() for m in re.finditer(r"io_uring_get_sqe\s*\(",
                                              body[:ret.end()])]
