@@ -53,6 +53,9 @@ HALF_CLOSED = (1, 10, 1000)  # requests from each client before its FIN (as
 # the check's title says)
 CTL_REQUESTS = 2000  # ab -k requests while epoll_ctl() is counted
 CUT = 11.5  # seconds: the 10 s request timeout, and a margin
+HEAD_REST = 6.5  # s after a download its next head's rest comes: past the
+# 5 s idle timeout, within the 10 s request one (begun during the download)
+FIN_CLOSE = 2  # s within which a FIN after an incomplete request closes
 ENDLESS = b"GET / HTTP/1.1\r\nHost: x\r\n" + b"X-a: b\r\n" * 10
 NOFILE = 40  # the server's descriptor limit in out_of_descriptors
 CROWD = 300  # clients that connect at once, each with a request: one edge
@@ -456,6 +459,63 @@ def half_closed(lab):
                f"{answer[:12]!r}, closed after {took:.1f} s (the idle timer's "
                "5 s?): a read that returned less than asked for is not "
                "EAGAIN; read on, and the 0 that follows is the FIN")
+    cut_short(lab, server)
+
+
+def cut_short(lab, server):
+    """A FIN after an incomplete request: a kept-alive client, answered
+    once, sends a head cut short then its FIN; a new client sends a POST's
+    head and part of its body, then its FIN. Nothing more can come on
+    either: each must be closed within FIN_CLOSE s (not held until the
+    10 s request timer), both waited for at once."""
+    kept = socket.create_connection(("127.0.0.1", server.port),
+                                    timeout=seconds(5))
+    fresh = socket.create_connection(("127.0.0.1", server.port),
+                                     timeout=seconds(5))
+    try:
+        kept.sendall(HEAD)
+        lab.expect(responses(kept, 1, limit=SILENCE) == 1, "no answer to a "
+                   "HEAD request")
+        kept.sendall(b"GET / HTTP/1.1\r\nHo")  # a head cut short
+        kept.shutdown(socket.SHUT_WR)
+        fresh.sendall(b"POST /guestbook HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      b"application/x-www-form-urlencoded\r\n"
+                      b"Content-Length: 100\r\n\r\nname=ab")  # 7 of 100
+        fresh.shutdown(socket.SHUT_WR)
+        start = time.monotonic()
+        took = closed_within([kept, fresh], FIN_CLOSE + 1)
+    finally:
+        kept.close()
+        fresh.close()
+    late = [what for what, t in zip(
+        ["a kept-alive client's next head cut short (`GET / HTTP/1.1\\r\\nHo`)",
+         "a new client's POST head and 7 bytes of its 100-byte body"], took)
+        if t is None or t - start > seconds(FIN_CLOSE)]
+    lab.expect(not late, f"{' and '.join(late)}, then the client's FIN: "
+               f"not closed within {FIN_CLOSE:g} s (held until the request "
+               "timer?): nothing more can come, so the request can never be "
+               "complete; remember the FIN (an EOF flag) and close once "
+               "nothing complete is left, body or head")
+
+
+def closed_within(socks, limit):
+    """When each of socks reads EOF or an error (monotonic), all waited for
+    at once; None for one still open after `limit` s."""
+    waiting, ended = selectors.DefaultSelector(), {}
+    for s in socks:
+        waiting.register(s, selectors.EVENT_READ)
+    deadline = time.monotonic() + seconds(limit)
+    while waiting.get_map() and time.monotonic() < deadline:
+        for key, _ in waiting.select(0.05):
+            try:
+                gone = key.fileobj.recv(65536) == b""
+            except OSError:
+                gone = True
+            if gone:
+                ended[key.fileobj] = time.monotonic()
+                waiting.unregister(key.fileobj)
+    waiting.close()
+    return [ended.get(s) for s in socks]
 
 
 def read_all(sock):
@@ -582,7 +642,12 @@ def few_epoll_ctl(lab):
 @grader.check(5, f"a head sent a byte a second is cut within {CUT} s of "
               "its first byte (the request timer is not restarted by reads)")
 def slow_head_cut(lab):
+    path = big_file(lab)
     server = lab.start()
+    during = {}
+    begun = threading.Thread(target=head_begun_during_download,
+                             args=(server.port, path, during))
+    begun.start()  # beside the byte-a-second head: no time added
     with socket.create_connection(("127.0.0.1", server.port)) as s:
         s.settimeout(0.05)
         start = time.monotonic()
@@ -606,6 +671,60 @@ def slow_head_cut(lab):
                                 f"still open after {CUT + 1:.0f} s") +
                ": the request's 10 s run from its first byte; a timer set "
                "again after each read never fires")
+    begun.join(seconds(30))
+    lab.expect(during.get("answer", b"").startswith(b"HTTP/1.1 200"),
+               f"a request whose first bytes came while an 8 MiB answer was "
+               f"being sent, the rest of its head {HEAD_REST:g} s after the "
+               f"answer was read in full: {during.get('said', 'no answer')} "
+               "(cut by the 5 s idle timer?): a request begun is under the "
+               "10 s request timer, also when its first bytes are read at "
+               "once after the answer before it (the read that no edge "
+               "calls for)")
+
+
+def head_begun_during_download(port, path, said):
+    """A client asks for the 8 MiB file and, 0.3 s later, while it is being
+    sent, begins its next request's head; it reads the file in full, then
+    sends the rest of the head HEAD_REST s later (under the 10 s request
+    timeout, past the 5 s idle one). said["answer"]: what the server sent
+    after the file; said["said"]: what went wrong."""
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=seconds(10))
+    except OSError as error:
+        said["said"] = f"could not connect ({error})"
+        return
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        time.sleep(0.3)
+        s.sendall(b"GET /notes.txt HTTP/1.1\r\nHo")
+        data, need = b"", None
+        while need is None or len(data) < need:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                said["said"] = f"closed after {len(data)} bytes of the file"
+                return
+            data += chunk
+            if need is None and b"\r\n\r\n" in data:
+                head, _, _ = data.partition(b"\r\n\r\n")
+                length = [line for line in head.split(b"\r\n") if
+                          line.lower().startswith(b"content-length:")]
+                need = len(head) + 4 + int(length[0].split(b":")[1])
+        time.sleep(HEAD_REST)
+        try:
+            s.sendall(b"st: x\r\n\r\n")
+            said["answer"] = data[need:] + s.recv(65536)
+        except OSError as error:
+            said["said"] = f"closed ({error.__class__.__name__})"
+            return
+        if not said["answer"]:
+            said["said"] = "closed with no answer"
+        else:
+            said["said"] = f"answered {said['answer'][:12]!r}"
+    except (OSError, IndexError, ValueError) as error:
+        said["said"] = f"failed: {error}"
+    finally:
+        s.close()
 
 
 @grader.check(5, f"{CROWD} clients at once, all answered; out of "
