@@ -7,8 +7,10 @@ its slot (it is not replaced in turn, nor stopped), a replacement forked
 unlike the first workers (a different signal mask, or one that does not
 serve), a supervisor that blocks (it never takes SIGTERM), and one that
 loses a death: behind a stopped worker, during a fork, behind a failed
-fork, or when its replacement fails as it starts. Counts, never speeds;
-every wait is generous."""
+fork, when its replacement fails as it starts, or on its way back to its
+wait. Counts, never speeds; every wait is generous, but a supervisor never
+sleeps: SIGTERM is taken within 1 s while fork() fails or workers fail as
+they start, and a failed fork is not retried in a near-spin."""
 
 import contextlib
 import os
@@ -23,8 +25,10 @@ from grading import (Grader, HeldClients, Unmet, _strace,  # labs/
 
 WORKERS = 4
 # A bigger pool, most of it dying at once: more deaths behind one SIGCHLD
-# than a fixed batch of 32, 64 or 128 holds.
-CROWD = 200
+# than a fixed batch of 32, 64, 128, 256, 512 or 1024 holds (the pool may
+# be up to 4096, MAX_WORKERS: every dead one must be reaped).
+CROWD = 1100
+DYING = 1040
 ROUNDS = 8  # generations of replacements, each killed in turn
 # The server inherits a blocked signal, as from a shell or a supervisor of
 # its own: the first workers get that mask back, and so must replacements
@@ -35,7 +39,19 @@ DEATHS = {"SIGTERM (it exits normally, status 0)": signal.SIGTERM,
           "SIGKILL": signal.SIGKILL}
 WATCH = ("watch: ZEROHTTPD_WORKERS=4 ./preforked 8000 & kill -9 "
          "$(pgrep -P $! | head -3); ps -o pid,stat --ppid $!")
-STARTS_FAIL = 3  # replacements in a row that fail as they start
+STARTS_FAIL = 5  # replacements in a row that fail as they start
+START_DELAY = 0.15  # s each fork() of the supervisor returns late then
+STARTS_FAIL_MANY = 60  # then, every worker dead, this many fail in a row
+# SIGTERM is taken within this many seconds while fork() fails and while
+# workers fail as they start: a supervisor never sleeps (a pause before a
+# replacement, a retry of a failed fork after a pause): it would be deaf
+# to SIGTERM meanwhile, and leave the other dead unreaped.
+STOP_WHILE_FAILING = 1
+# While fork() fails, the supervisor may try an empty slot again, but not
+# in a loop: at most this many fork() calls in the second that fork()
+# fails with every worker dead (a retry per slot at most every 0.1 s).
+FORKS_WHILE_FAILING = 50
+DRAIN_DELAY = 1.5  # s each rt_sigtimedwait() enters late (death_after_reap)
 # A shim (LD_PRELOAD) that makes a worker's prctl(PR_SET_PDEATHSIG) fail
 # once for each file FAIL_STARTS/1, /2, ... that it removes (unlink() is
 # atomic: each file fails exactly one start), so that a worker exits with
@@ -244,11 +260,11 @@ def alive(pid):
     return status_field_text(pid, "State")[:1] not in ("Z", "(")
 
 
-@grader.check(10, f"{CROWD} workers, {CROWD * 3 // 4} of them die at once "
+@grader.check(10, f"{CROWD} workers, {DYING} of them die at once "
               "(one SIGCHLD): all replaced within 2 s")
 def many_die(lab):
     server, workers = pool(lab, CROWD)
-    victims = workers[:CROWD * 3 // 4]
+    victims = workers[:DYING]
     with halted(server.pid):  # the deaths pile up; signals do not queue
         for k, victim in enumerate(victims):
             kill([victim], list(DEATHS.values())[k % len(DEATHS)])
@@ -266,6 +282,12 @@ def stopped_worker(lab):
     server, workers = pool(lab)
     os.kill(workers[0], signal.SIGSTOP)
     time.sleep(seconds(0.5))
+    lab.expect(stopped_state(workers[0]), f"worker {workers[0]}, stopped "
+               "with SIGSTOP, was running again 0.5 s later: the supervisor "
+               "continued it (SIGCONT) against the operator's stop (a "
+               "debugger's, a job control's); a stopped worker is neither "
+               "dead nor the supervisor's to wake: leave it stopped; watch: "
+               "kill -STOP a worker, then ps -o pid,stat -p WORKER")
     os.kill(workers[0], signal.SIGCONT)
     time.sleep(seconds(0.5))
     now = live_children(server.pid)
@@ -295,6 +317,13 @@ def stopped_worker(lab):
         lab.expect(set(held) <= set(now), f"{len(set(held) - set(now))} of "
                    f"the {len(held)} stopped workers replaced: a stopped "
                    "worker is not dead")
+        time.sleep(seconds(0.3))
+        woken = [p for p in held if not stopped_state(p)]
+        lab.expect(not woken, f"{len(woken)} of the {len(held)} stopped "
+                   "workers running again (not continued by the grader) "
+                   "after the supervisor refilled the pool: the supervisor "
+                   "continued them (SIGCONT) against the operator's stop; "
+                   "leave a stopped worker stopped")
     finally:
         kill([p for p in held if alive(p)], signal.SIGCONT)
     stops(lab, server)
@@ -344,36 +373,41 @@ def fork_fails(lab):
                "workers, kill -CONT PID, then ps -o pid,stat --ppid PID")
     status = get(server.port, "/", timeout=3)[0]
     lab.expect(status == 200, f"GET / answered {status} after a failed fork")
-    # fork() fails again; the worker of the last slot dies (a slot whose
-    # fork failed comes before it), and the supervisor is told to stop
-    # while fork() still fails. At the stop it signals workers[]: no slot
-    # may still hold a reaped worker's PID, which by then may be any other
-    # process's (watched: strace -e trace=kill).
-    last = workers[-1]
-    reaped = victims + [last]
+    # fork() fails again; every live worker dies (slots whose fork failed
+    # come before the last), and once the supervisor has reaped one it is
+    # told to stop while fork() still fails: it must take SIGTERM at once,
+    # not after retrying its failed forks (a pause per slot is seconds).
+    # At the stop it signals workers[]: no slot may still hold a reaped
+    # worker's PID, which by then may be any other process's (watched:
+    # strace -e trace=kill).
+    live = [p for p in fork_order(server.pid) if alive(p)]  # slot order
+    reaped = list(victims)
     stop = []
 
-    def death_then_stop_while_fork_fails():
-        kill([last])
-        wait_for(lambda: os.path.exists(f"/proc/{last}"),
-                 lambda there: not there, limit=2)  # reaped
+    def deaths_then_stop_while_fork_fails():
+        kill(live)
+        wait_for(lambda: [p for p in live if not os.path.exists(f"/proc/{p}")],
+                 lambda gone: gone, limit=2)  # the first reaped
+        reaped.extend(p for p in live if not os.path.exists(f"/proc/{p}"))
         try:
-            server.terminate(timeout=seconds(3))
+            server.terminate(timeout=seconds(STOP_WHILE_FAILING))
         except AssertionError as error:
             stop.append(str(error))
 
     traced = _strace(server.pid, ["clone", "kill"],
-                     death_then_stop_while_fork_fails, "-f", "-e",
+                     deaths_then_stop_while_fork_fails, "-f", "-e",
                      "inject=clone:error=EAGAIN")
     if stop:
         server.cleanup()  # SIGKILL it and its workers now
         raise Unmet(f"{stop[0][:150]} (SIGTERM sent while fork() failed "
-                    "with EAGAIN, after a worker had died): "
-                    "a supervisor that retries a failed fork() at once, in a "
-                    "loop, spins for as long as fork() fails and never takes "
-                    "SIGTERM; leave the slot empty and carry on; watch: "
-                    "strace -f -e inject=clone:error=EAGAIN -p PID, kill -9 "
-                    "a worker, then kill -TERM PID")
+                    f"with EAGAIN, once the first of {len(live)} workers "
+                    "killed at once was reaped): a supervisor that retries a "
+                    "failed fork() (in a loop, or a few times with a pause) "
+                    "is deaf to SIGTERM for as long as it retries, for each "
+                    "dead slot in turn; leave the slot empty and carry on "
+                    "(try it again later from the sigwait loop, with "
+                    "sigtimedwait()); watch: strace -f -e inject=clone:error="
+                    "EAGAIN -p PID, kill -9 every worker, then kill -TERM PID")
     calls = [line[line.find("kill(") + 5:] for line in traced.splitlines()
              if "kill(" in line]
     stale = [c.split(")")[0] for c in calls if first_number(c) in reaped]
@@ -411,7 +445,22 @@ def fork_fails_all(lab):
         kill(workers)
         time.sleep(seconds(1))
 
-    failing(server.pid, "clone", "EAGAIN", all_die_while_fork_fails)
+    traced = _strace(server.pid, ["clone"], all_die_while_fork_fails, "-f",
+                     "-e", "inject=clone:error=EAGAIN")
+    forks = sum("clone(" in line and "resumed>" not in line
+                for line in traced.splitlines())
+    if forks > FORKS_WHILE_FAILING:
+        server.cleanup()
+        raise Unmet(f"{forks} fork() calls in the {seconds(1):.0f} s that "
+                    f"fork() failed with all {WORKERS} workers dead (at most "
+                    f"{FORKS_WHILE_FAILING}: a retry of an empty slot at most "
+                    "every 0.1 s): a supervisor that tries an empty slot "
+                    "again and again while fork() fails (a short "
+                    "sigtimedwait() timeout, a loop) all but spins, and "
+                    "makes the process shortage worse; try again rarely, "
+                    "or at the next SIGCHLD; watch: strace -f -c -e "
+                    "inject=clone:error=EAGAIN -p PID, then kill -9 every "
+                    "worker")
     time.sleep(seconds(0.5))
     code = server.proc.poll()
     lab.expect(code is None, f"the supervisor exited ({code}) when all "
@@ -436,8 +485,8 @@ def fork_fails_all(lab):
     stops(lab, server)
 
 
-@grader.check(5, "a worker that dies while a replacement is being forked is "
-              "replaced too")
+@grader.check(5, "a worker that dies while a replacement is being forked, "
+              "or just after the dead were reaped, is replaced too")
 def death_during_fork(lab):
     server, workers = pool(lab)
     first, second = workers[:2]
@@ -450,17 +499,49 @@ def death_during_fork(lab):
         time.sleep(seconds(0.3))
 
     slowed(server.pid, "clone", seconds(2), death_during_fork)
-    refilled(lab, server, [first, second], "a worker was killed while the "
-             "supervisor forked the replacement of another (its fork() "
-             "slowed to 2 s by strace): a SIGCHLD that comes while it is "
-             "unblocked with its default action (ignore), e.g. around the "
-             "fork, is lost, and that death with it; watch: strace -e "
-             "inject=clone:delay_exit=2000000 -p PID, kill -9 one worker, "
-             "then another")
+    workers = refilled(lab, server, [first, second], "a worker was killed "
+                       "while the supervisor forked the replacement of "
+                       "another (its fork() slowed to 2 s by strace): a "
+                       "SIGCHLD that comes while it is unblocked with its "
+                       "default action (ignore), e.g. around the fork, is "
+                       "lost, and that death with it; watch: strace -e "
+                       "inject=clone:delay_exit=2000000 -p PID, kill -9 one "
+                       "worker, then another")
+    # A worker that dies after the reap loop's last waitpid() found no one
+    # left: its SIGCHLD stays pending for the next sigwait(), and must be
+    # taken there. Every rt_sigtimedwait() (sigwait's call) of the
+    # supervisor enters DRAIN_DELAY s late, so that the death comes while
+    # the supervisor is on its way from the reap loop back to its wait:
+    # one that swallows pending SIGCHLDs on the way (sigtimedwait() with
+    # no timeout, "they are for deaths already reaped") loses it.
+    third, fourth = sorted(set(workers) - {first, second})[:2]
+
+    def death_after_reap():
+        kill([third])
+        wait_for(lambda: os.path.exists(f"/proc/{third}"),
+                 lambda there: not there, limit=4)  # reaped: loop ending
+        time.sleep(seconds(0.4))
+        kill([fourth])  # before its next wait, while it is on its way
+        time.sleep(seconds(DRAIN_DELAY + 0.3))
+
+    _strace(server.pid, ["rt_sigtimedwait"], death_after_reap, "-e",
+            "inject=rt_sigtimedwait:delay_enter="
+            f"{int(seconds(DRAIN_DELAY) * 1e6)}")
+    refilled(lab, server, [third, fourth], "a worker was killed 0.4 s after "
+             "the supervisor had reaped another, while it went back to its "
+             f"wait (every sigwait()/sigtimedwait() entered {DRAIN_DELAY} s "
+             "late by strace): a SIGCHLD pending then stands for a death "
+             "not yet reaped; taking it away (sigtimedwait() with a zero "
+             "timeout, to drain \"stale\" SIGCHLDs) leaves that worker a "
+             "zombie and its slot empty; watch: strace -e inject="
+             "rt_sigtimedwait:delay_enter=1500000 -p PID, kill -9 a worker, "
+             "0.4 s later another")
 
 
 @grader.check(5, f"replacements that fail as they start (exit 1, "
-              f"{STARTS_FAIL} in a row) are replaced in turn")
+              f"{STARTS_FAIL} in a row) are replaced in turn; with "
+              f"{STARTS_FAIL_MANY} failing, SIGTERM still stops it within "
+              f"{STOP_WHILE_FAILING} s")
 def fails_at_start(lab):
     shim, source = lab.workdir / "fail_starts.so", lab.workdir / "fail_starts.c"
     source.write_text(FAIL_STARTS)
@@ -470,18 +551,59 @@ def fails_at_start(lab):
     marks.mkdir()
     server, workers = pool(lab, env={"LD_PRELOAD": str(shim),
                                      "FAIL_STARTS": str(marks)})
-    for k in range(1, STARTS_FAIL + 1):
-        (marks / str(k)).touch()  # the next STARTS_FAIL starts fail
-    kill(workers[:1])
-    left = wait_for(lambda: list(marks.iterdir()), lambda m: not m, limit=2)
-    refilled(lab, server, workers[:1], f"SIGKILL to one worker, whose "
-             f"replacement then failed as it started "
-             f"({STARTS_FAIL - len(left)} of the {STARTS_FAIL} failing starts "
-             "happened: each exits with status 1 a moment after its fork, "
-             "prctl() having failed): whatever the death, an exit with an "
-             "error or a death at once, the slot is refilled; watch: strace -f "
-             "-e inject=prctl:error=EPERM -p PID for a second while you kill "
-             "-9 a worker, then ps -o pid,stat --ppid PID")
+    left = []
+
+    def failing_starts():
+        for k in range(1, STARTS_FAIL + 1):
+            (marks / str(k)).touch()  # the next STARTS_FAIL starts fail
+        kill(workers[:1])
+        left.extend(wait_for(lambda: list(marks.iterdir()), lambda m: not m,
+                             limit=2 + STARTS_FAIL * START_DELAY))
+
+    # Each fork() of the supervisor returns START_DELAY s late (strace),
+    # so that each failing worker is dead before the supervisor has even
+    # seen its PID: however young it died, its slot must be refilled.
+    slowed(server.pid, "clone", seconds(START_DELAY), failing_starts)
+    now = refilled(lab, server, workers[:1], f"SIGKILL to one worker, whose "
+                   f"replacement then failed as it started "
+                   f"({STARTS_FAIL - len(left)} of the {STARTS_FAIL} failing "
+                   "starts happened: each exits with status 1 a moment after "
+                   "its fork, prctl() having failed): whatever the death, an "
+                   "exit with an error or a death at once, the slot is "
+                   "refilled; watch: strace -f -e inject=prctl:error=EPERM -p "
+                   "PID for a second while you kill -9 a worker, then ps -o "
+                   "pid,stat --ppid PID")
+    # Then every worker dies, and each replacement fails as it starts,
+    # STARTS_FAIL_MANY in a row: the supervisor must still take SIGTERM at
+    # once, not after a pause per failed start.
+    for k in range(1, STARTS_FAIL_MANY + 1):
+        (marks / str(k)).touch()
+    kill(list(now))
+    time.sleep(seconds(0.3))
+    started = time.monotonic()
+    try:
+        server.terminate(timeout=seconds(STOP_WHILE_FAILING))
+    except AssertionError:
+        left = len(list(marks.iterdir()))
+        server.cleanup()  # SIGKILL it and its workers now
+        raise Unmet(f"still running {seconds(STOP_WHILE_FAILING):.0f} s "
+                    f"after SIGTERM, sent 0.3 s after all {WORKERS} workers "
+                    f"were killed while their replacements failed as they "
+                    f"started ({STARTS_FAIL_MANY - left} of "
+                    f"{STARTS_FAIL_MANY} failing starts had happened): a "
+                    "supervisor that pauses (sleep, nanosleep) before "
+                    "replacing a worker that failed is deaf to SIGTERM all "
+                    "that time, and with every slot failing its reap loop "
+                    "never ends; never sleep in the supervisor (a backoff, "
+                    "if any, is a sigtimedwait() timeout); watch: strace -f "
+                    "-e inject=prctl:error=EPERM -p PID, kill -9 every "
+                    "worker, then kill -TERM PID") from None
+    took = time.monotonic() - started
+    try:
+        server.check_exit()
+    except AssertionError as error:
+        raise Unmet(f"no clean stop after failing starts ({took:.1f} s): "
+                    f"{str(error)[:200]}") from None
 
 
 @grader.check(5, "SIGINT (Ctrl-C) stops it as SIGTERM does")
