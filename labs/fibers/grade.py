@@ -11,6 +11,7 @@ import re
 import resource
 import select
 import socket
+import struct
 import subprocess
 import time
 from collections import Counter
@@ -27,6 +28,8 @@ CLIENTS = 200  # kept connections served at once: a fiber each
 REFUSED = 2000  # clients that come while every mprotect() fails
 REFUSED_KIB = 64  # address space they may leave behind, all of them
 REFUSED_BLOCKS = 200  # malloc'd blocks they may leave behind (1 each: 2000)
+HELD = 50  # clients served before mprotect() fails, that leave while it
+# fails: their fibers are freed then, and each guard must go with its stack
 ERRORS = ("EACCES", "ENOMEM")  # mprotect's errors, half the clients each
 BATCH_S = 10  # a hundred clients each answered or closed within this
 REFUSE_S = 1  # ...and the median hundred within this (10 ms a client; the
@@ -238,27 +241,56 @@ def served_or_refused(lab, port, pid, base, tally):
 
 
 @check(10, f"mprotect() failing: the {REFUSED} clients that came meanwhile "
-       "are refused (no stack without a guard), nothing is leaked")
+       f"are refused (no stack without a guard), the {HELD} that leave "
+       "meanwhile are freed whole, nothing is leaked")
 def guard_fails(lab):
     env, blocks = heap_blocks(lab)  # a preloaded malloc that counts
-    server, _, base, _, _ = at_rest(lab, env=env)
-    size, held = status_field(server.pid, "VmSize"), blocks()  # KiB, blocks
+    server, _, base, guards, _ = at_rest(lab, env=env)
+    holding, answered = open_clients(server.port, HELD)
+    lab.expect(answered == HELD, f"{answered} of {HELD} answered")
+    before = {}
+
+    def leave():
+        """The kept clients leave while mprotect() fails: fiber_free()
+        runs for each then (it needs no mprotect(): munmap() takes a
+        PROT_NONE page as any other). Then the footprint the refusals are
+        measured from (what the heap grew by for them stays)."""
+        for s in holding:
+            s.close()
+        wait_for(lambda: guarded_stacks(server.pid) - base,
+                 lambda n: n <= 0, limit=5)
+        before.update(size=status_field(server.pid, "VmSize"),  # KiB
+                      held=blocks())
     served = []
-    for error in ERRORS:
+    for k, error in enumerate(ERRORS):
         failing(server.pid, "mprotect", error, lambda: [
+            leave() if k == 0 else None] + [
             served_or_refused(lab, server.port, server.pid, base, served)
             for _ in range(REFUSED // 100 // len(ERRORS))])
     refused = REFUSED - sum(n for n, _ in served)
     if refused:  # (a client served on a guarded stack was not refused)
-        kept = wait_for(lambda: blocks() - held,
+        kept = wait_for(lambda: blocks() - before["held"],
                         lambda n: n <= REFUSED_BLOCKS, limit=5)
         lab.expect(kept <= REFUSED_BLOCKS, f"{kept} more blocks malloc'd "
                    f"and not freed than before {refused} clients were "
                    "refused (counted by a preloaded malloc): what was taken "
                    "for a fiber that never ran (its struct, its mapping, "
                    "all of it) was not given back")
-        grown = wait_for(lambda: status_field(server.pid, "VmSize") - size,
-                         lambda kib: kib <= REFUSED_KIB, limit=5)
+    left = wait_for(lambda: one_page_guards(server.pid) - guards,
+                    lambda n: n <= 0, limit=5)
+    lab.expect(left <= 0, f"{left} one-page PROT_NONE (---p) mappings more "
+               f"than at rest once every client left, {HELD} of them "
+               "served before mprotect() failed and gone while it failed: "
+               "fiber_free() left their guards mapped (an mprotect() "
+               "before the munmap(), that failed?); munmap() takes the "
+               "whole mapping, guard and stack, in one call, whatever its "
+               "protection; watch it: 50 kept clients, strace -f -e "
+               "inject=mprotect:error=ENOMEM -p PID, then let them go and "
+               "grep -c -- '---p' /proc/PID/maps")
+    if refused:
+        grown = wait_for(lambda: status_field(server.pid, "VmSize")
+                         - before["size"], lambda kib: kib <= REFUSED_KIB,
+                         limit=5)
         lab.expect(grown <= REFUSED_KIB, f"{grown} KiB more address space "
                    f"than before {refused} clients were refused: what was "
                    "taken for a fiber that never ran (its mapping, all of "
@@ -269,20 +301,40 @@ def guard_fails(lab):
             "guarded stack)")
 
 
+# Every mprotect() fails, and so does every mmap() at a fixed address
+# (MAP_FIXED): what a process at vm.max_map_count meets, since either
+# splits a mapping in two. Other mmap()s are made as asked.
 ALWAYS_FAILS = r"""
+#define _GNU_SOURCE
 #include <errno.h>
 #include <stddef.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <unistd.h>
 int mprotect(void *addr, size_t len, int prot)
 {
     (void)addr, (void)len, (void)prot;
     errno = ENOMEM;
     return -1;
 }
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (flags & (MAP_FIXED | MAP_FIXED_NOREPLACE)) {
+        errno = ENOMEM;
+        return MAP_FAILED;
+    }
+    return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    return mmap(addr, len, prot, flags, fd, off);
+}
 """
 
 
-@check(5, "mprotect() failing from the start: the server dies, or its "
-       "acceptor's stack is guarded all the same")
+@check(5, "mprotect() and MAP_FIXED mmap() failing from the start: the "
+       "server dies, or its acceptor's stack is guarded all the same")
 def guard_fails_at_start(lab):
     normal = at_rest(lab)[2]
     shim = lab.workdir / "no_mprotect.so"
@@ -321,17 +373,18 @@ def guard_fails_at_start(lab):
             run.wait()
     if code is not None:
         return f"died at start (status {code})"
-    lab.expect(accepting, f"with every mprotect() failing from the start "
-               f"(LD_PRELOAD), the server neither died nor took a client "
+    lab.expect(accepting, f"with every mprotect() (and MAP_FIXED mmap()) "
+               f"failing from the start (LD_PRELOAD), the server neither died nor took a client "
                f"within {seconds(START_S):.0f} s: stuck before its loop (a "
                "loop retrying mprotect?); the acceptor's fiber_spawn() must "
                "fail, and the server die")
-    lab.expect(stacks >= normal, f"with every mprotect() failing from the "
-               f"start (LD_PRELOAD), the server runs with {stacks} guarded "
-               f"stacks, {normal} when mprotect() works: its acceptor's "
-               "stack has no guard below it (a fiber without its guard, "
-               "the acceptor's too, is refused: loop_init() dies); watch "
-               "/proc/PID/maps")
+    lab.expect(stacks >= normal, f"with every mprotect() and every "
+               f"MAP_FIXED mmap() failing from the start (LD_PRELOAD: what "
+               f"vm.max_map_count reached does to both), the server runs "
+               f"with {stacks} guarded stacks, {normal} when they work: its "
+               "acceptor's stack has no guard below it (a fiber without its "
+               "guard, the acceptor's too, is refused, however the guard "
+               "was tried: loop_init() dies); watch /proc/PID/maps")
     return "runs, its acceptor's stack guarded"
 
 
@@ -355,13 +408,87 @@ def ucontext_guards(lab):
                "context_init()")
 
 
+# Wraps ASan's two calls around each switch (preloaded before ASan's
+# runtime): at each switch's end, on the stack it landed on, is that stack
+# inside the bounds __sanitizer_start_switch_fiber() was given (the
+# context's stack_lo, stack_size)? And at a fiber's first run (fiber_main's
+# call, the one that asks for the old bounds), how far below the top of
+# those bounds is its frame? counts: [switches, landed outside the bounds,
+# first runs, the deepest first frame below the top, in bytes].
+ASAN_SWITCHES = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+static volatile long *counts;
+static const char *next_lo;
+static size_t next_size;
+static void tally(int k, long v)
+{
+    if (!counts) {
+        int fd = open(getenv("LAB_SWITCH_COUNTS"), O_RDWR);
+        void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED)
+            return;
+        counts = m;
+    }
+    if (k != 3)
+        counts[k] += v;
+    else if (v > counts[3])
+        counts[3] = v;
+}
+void __sanitizer_start_switch_fiber(void **save, const void *lo, size_t size)
+{
+    static void (*real)(void **, const void *, size_t);
+    if (!real)
+        real = (void (*)(void **, const void *, size_t))dlsym(
+            RTLD_NEXT, "__sanitizer_start_switch_fiber");
+    next_lo = lo;
+    next_size = size;
+    real(save, lo, size);
+}
+void __sanitizer_finish_switch_fiber(void *save, const void **old_lo,
+                                     size_t *old_size)
+{
+    static void (*real)(void *, const void **, size_t *);
+    if (!real)
+        real = (void (*)(void *, const void **, size_t *))dlsym(
+            RTLD_NEXT, "__sanitizer_finish_switch_fiber");
+    real(save, old_lo, old_size);
+    const char *sp = __builtin_frame_address(0);
+    tally(0, 1);
+    if (sp < next_lo || sp >= next_lo + next_size)
+        tally(1, 1);
+    else if (old_lo)
+        tally(3, next_lo + next_size - sp);
+    if (old_lo)
+        tally(2, 1);
+}
+"""
+FIRST_FRAME = 4096  # a fiber's first frame lies within this of its top
+
+
 @check(5, "built with ASan (make asan: the hand-written switch, larger "
-       "stacks), every stack still has its guard")
+       "stacks), every stack still has its guard, ASan is told each "
+       "fiber's stack, and each fiber starts at its stack's top")
 def asan_guards(lab):
     binary = lab.workdir / "asan" / "fibers"
     ok, said = build(lab.source, binary, "fibers", ASAN_FLAGS)
     lab.expect(ok, f"the ASan build does not build: {said.strip()[:150]}")
-    server = lab.start(binary=binary)
+    shim, source = lab.workdir / "switches.so", lab.workdir / "switches.c"
+    source.write_text(ASAN_SWITCHES)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
+                    str(source), "-ldl"], check=True, capture_output=True)
+    counter = lab.workdir / "switches.count"
+    counter.write_bytes(bytes(resource.getpagesize()))
+    server = lab.start(binary=binary, env={
+        "LD_PRELOAD": str(shim), "LAB_SWITCH_COUNTS": str(counter),
+        "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:"
+        "verify_asan_link_order=0"})
     lab.expect(get(server.port, "/")[0] == 200, "GET / failed")
     stacks = settled(lambda: guarded_stacks(server.pid), "the stacks")
     clients, answered = open_clients(server.port, 50)
@@ -374,6 +501,30 @@ def asan_guards(lab):
                "build, ASan's too (its red zones do not catch a stack "
                "overflow into the mapping below); make asan, then watch "
                "/proc/$(pgrep -f asan/fibers)/maps under 50 kept clients")
+    switches, outside, first, deepest = struct.unpack_from(
+        "4q", counter.read_bytes())
+    lab.expect(switches and first, f"{switches} switches seen, {first} "
+               "fibers started: __sanitizer_start_switch_fiber() and "
+               "__sanitizer_finish_switch_fiber() are context_switch()'s "
+               "and fiber_main()'s, in the ASan build")
+    lab.expect(not outside, f"{outside} of {switches} switches landed on a "
+               "stack outside the bounds ASan was told of "
+               "(__sanitizer_start_switch_fiber(), from the context's "
+               "stack_lo and stack_size): ASan then takes a fiber's stack "
+               "for wild memory (a report on it names no frame; its "
+               "use-after-return and noreturn bookkeeping go wrong); "
+               "context_init() keeps stack_lo = stack, the lowest address, "
+               "and stack_size = size, the whole stack, as the starter has "
+               "them")
+    lab.expect(deepest <= FIRST_FRAME, f"a fiber's first frame lies "
+               f"{deepest} bytes below the top of its stack (the "
+               f"reference's: about 0.5 KiB; at most {FIRST_FRAME}): the "
+               "frame the switch pops belongs at stack + size, the top of "
+               "the stack context_init() is given, whatever its size (the "
+               "ASan build's stacks are 256 KiB, not FIBER_STACK's 64); "
+               "a frame laid lower leaves the rest unused, and the fiber "
+               "that much closer to its guard")
+    return f"its first frames within {deepest} bytes of the top"
 
 
 def silent_stacks(server, base):

@@ -7,6 +7,7 @@ copy of the server's own descriptor), and where the kernel sends a burst of
 new connections (the per-loop counts of the summary)."""
 
 import ctypes
+import errno
 import os
 import re
 import socket
@@ -30,8 +31,9 @@ grader = Grader("reuseport")
 # A shim (LD_PRELOAD) that makes one kind of call fail as the kernel would,
 # from the process's Nth on, whichever thread makes it: FAIL_CALL=socket
 # (a TCP socket(), EMFILE), bind or listen (EADDRINUSE), or SO_REUSEPORT,
-# SO_REUSEADDR or TCP_NODELAY (a setsockopt() of that option, ENOBUFS),
-# FAIL_FROM=N. From the Nth on, not the Nth alone: a
+# SO_REUSEADDR or TCP_NODELAY (a setsockopt() of that option, ENOBUFS, or
+# the errno FAIL_ERRNO gives: ENOPROTOOPT, EINVAL), FAIL_FROM=N. From the
+# Nth on, not the Nth alone: a
 # listener's bind() that fails here fails again if tried again (the port's
 # other socket is the server's own first one), so a retry ends in die() too.
 NTH_FAILS = r"""
@@ -96,7 +98,7 @@ int setsockopt(int fd, int level, int name, const void *v, socklen_t n)
          failing("SO_REUSEADDR")) ||
         (level == IPPROTO_TCP && name == TCP_NODELAY &&
          failing("TCP_NODELAY"))) {
-        errno = ENOBUFS;
+        errno = getenv("FAIL_ERRNO") ? atoi(getenv("FAIL_ERRNO")) : ENOBUFS;
         return -1;
     }
     return real(fd, level, name, v, n);
@@ -370,12 +372,17 @@ def restarts_at_once(lab):
                "bind while the last run's connections wait in TIME_WAIT")
 
 
+BORROWED = ("a loop without a listener of its own (or with another's: a "
+            "dup() of the first is one queue)")
 FAILED = {  # what fails, from the 2nd call on, and what it costs a loop
-    "socket": ("socket()", "EMFILE", "a loop without a listener of its "
-               "own (or with another's: a dup() of the first is one queue)"),
-    "SO_REUSEPORT": ("setsockopt(SO_REUSEPORT)", "ENOBUFS", "a loop without "
-                     "a listener of its own (or with another's: a dup() of "
-                     "the first is one queue)"),
+    "socket": ("socket()", "EMFILE", BORROWED),
+    # Whatever the kernel answers: ENOPROTOOPT or EINVAL ("an old kernel")
+    # is no reason to run on with one queue either (and on a kernel without
+    # SO_REUSEPORT, loops_start()'s call on the first listener fails too).
+    "SO_REUSEPORT": ("setsockopt(SO_REUSEPORT)", "ENOBUFS", BORROWED),
+    "SO_REUSEPORT ENOPROTOOPT": ("setsockopt(SO_REUSEPORT)", "ENOPROTOOPT",
+                                 BORROWED),
+    "SO_REUSEPORT EINVAL": ("setsockopt(SO_REUSEPORT)", "EINVAL", BORROWED),
     "bind": ("bind()", "EADDRINUSE", "a loop without a listener of its own "
              "(or with another's)"),
     "listen": ("listen()", "EADDRINUSE", "a loop without a listener of its "
@@ -389,8 +396,9 @@ FAILED = {  # what fails, from the 2nd call on, and what it costs a loop
 
 
 @check(10, "a listener that cannot be set up stops the server: every "
-       "socket(), setsockopt(SO_REUSEPORT), (SO_REUSEADDR), (TCP_NODELAY), "
-       "bind() or listen() from the 2nd on failing exits it, not a loop with a listener missing, "
+       "socket(), setsockopt(SO_REUSEPORT) (ENOBUFS, ENOPROTOOPT, EINVAL), "
+       "(SO_REUSEADDR), (TCP_NODELAY), bind() or listen() from the 2nd on "
+       "failing exits it, not a loop with a listener missing, "
        "borrowed or set up short; each socket has SO_REUSEADDR before its "
        "bind(), and no listener is closed while the loops start")
 def setup_failures_fatal(lab):
@@ -398,14 +406,16 @@ def setup_failures_fatal(lab):
     source.write_text(NTH_FAILS)
     subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
                     str(source), "-ldl"], check=True, capture_output=True)
-    for call, (name, error, cost) in FAILED.items():
+    for key, (name, error, cost) in FAILED.items():
+        call = key.split()[0]
         port = free_port()
         run = subprocess.Popen(
             [str(lab.binary.path), str(port), "127.0.0.1",
              str(lab.redis.port)], cwd=lab.site, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, env={
                 **os.environ, **ENV, "LD_PRELOAD": str(shim),
-                "FAIL_CALL": call, "FAIL_FROM": "2"})
+                "FAIL_CALL": call, "FAIL_FROM": "2",
+                "FAIL_ERRNO": str(getattr(errno, error))})
         try:
             code = run.wait(timeout=seconds(5))
         except subprocess.TimeoutExpired:
@@ -422,7 +432,7 @@ def setup_failures_fatal(lab):
                    f"{LOOPS} loops: {cost} is not the server asked for: "
                    f"check {name}'s result, and die() as open_listener() "
                    f"does (see it with strace -f -e inject=" +
-                   ("setsockopt:error=ENOBUFS:when=4+" if "_" in call
+                   (f"setsockopt:error={error}:when=4+" if "_" in call
                     else f"{call}:error={error}:when=2+") + f" {RUN[:-2]}"
                    + (": the first listener's three pass" if "_" in call
                       else "") + ")")
