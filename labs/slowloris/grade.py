@@ -15,8 +15,9 @@ import threading
 import time
 from pathlib import Path
 
-from grading import (Grader, _strace, cpu_seconds, get,  # labs/grading.py
-                     idle_clients, seconds, status_field, wait_for)
+from grading import (Grader, _strace, big_file, cpu_seconds, get,
+                     idle_clients, seconds, status_field,  # labs/grading.py
+                     wait_for)
 from rawhttp import Connection  # tests/rawhttp.py
 
 THREADS = 8  # the pool under attack
@@ -28,6 +29,7 @@ IDLE_CUT = 7.5  # seconds: the 5 s idle limit, and a margin
 UPTIME_DAYS = 50  # CLOCK_MONOTONIC this far ahead: its ms pass 2^31 and 2^32
 WALL_STEP = 3600  # seconds the wall clock (CLOCK_REALTIME) steps ahead
 RUNNABLE = 2.0  # pool threads runnable at once, on average, while idle
+WAKEUPS = 200  # context switches of the whole server in that idle second
 WATCH = (f"watch it: ZEROHTTPD_THREADS={THREADS} ./prethreaded 8000, the "
          f"handout's {ATTACKERS} idle sockets, then time curl "
          "http://127.0.0.1:8000/")
@@ -147,20 +149,27 @@ def idle_attack(lab):
     # threads watched; they leave (the threads see EOF) before the attack.
     quiet = idle_clients(server.port, THREADS)
     time.sleep(0.3)  # each has its thread
-    cpu = cpu_seconds(server.pid)
+    cpu, woke = cpu_seconds(server.pid), context_switches(server.pid)
     running = runnable_threads(server.pid, seconds(1))
     cpu = cpu_seconds(server.pid) - cpu
+    woke = context_switches(server.pid) - woke
     for s in quiet:
         s.close()
-    lab.expect(running < RUNNABLE,
+    lab.expect(running < RUNNABLE and woke <= WAKEUPS * seconds(1),
                f"while {THREADS} connections that send nothing held the "
-               f"pool, {running:.1f} of its threads were runnable at once "
-               f"on average (at most {RUNNABLE:.0f}; it used {cpu:.2f} s of "
-               "CPU in that second): a thread that waits for a client by "
-               "spinning (recv() with MSG_DONTWAIT, and the clock again) "
-               "burns a CPU until its deadline, and the attack takes every "
-               "core too; wait in poll() (wait_readable) for what is left "
-               "of the deadline; watch it: top -H -p PID during the "
+               f"pool for {seconds(1):.0f} s, {running:.1f} of its threads "
+               f"were runnable at once on average (at most {RUNNABLE:.0f}) "
+               f"and they were switched out {woke} times (at most "
+               f"{WAKEUPS}: voluntary and nonvoluntary_ctxt_switches in "
+               f"/proc/PID/task/*/status), using {cpu:.2f} s of CPU: a "
+               "thread that waits for a client by spinning (recv() with "
+               "MSG_DONTWAIT, and the clock again) burns a CPU until its "
+               "deadline, and the attack takes every core too; one that "
+               "naps between tries (nanosleep() of a millisecond or so) "
+               "still wakes a thousand times a second for nothing; wait "
+               "asleep in poll() (wait_readable) for what is left of the "
+               "deadline; watch it: top -H -p PID, or grep ctxt "
+               "/proc/PID/task/*/status twice a second apart, during the "
                "handout's first block")
     time.sleep(0.5)  # every thread back in accept()
     attackers = idle_clients(server.port, ATTACKERS)
@@ -193,7 +202,23 @@ def idle_attack(lab):
                "closed); a 408 would reach a keep-alive client that sends "
                "its next request just then as the answer to it; watch it: "
                "nc 127.0.0.1 8000 and wait 5 s")
-    return f"served after {took:.1f} s"
+    return (f"served after {took:.1f} s; {woke} context switches while "
+            f"{THREADS} idle clients were held")
+
+
+def context_switches(pid):
+    """Voluntary and nonvoluntary context switches of all pid's threads so
+    far: a thread asleep in poll() until its deadline adds none; one that
+    naps between tries adds one a nap."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            text = (task / "status").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        total += sum(int(line.split()[1]) for line in text.splitlines()
+                     if "ctxt_switches:" in line)
+    return total
 
 
 def runnable_threads(pid, span):
@@ -215,11 +240,15 @@ def runnable_threads(pid, span):
 
 
 @grader.check(15, f"{ATTACKERS} connections sending a byte a second: "
-              f"{BURST} new clients are served within 14 s")
+              f"{BURST} new clients are served within 14 s; each cut "
+              "connection closed once")
 def slow_attack(lab):
     server = pool_server(lab)
-    took = under_attack(lab, idle_clients(server.port, ATTACKERS), 14,
-                        every=1.0)
+    took = []  # the attackers connect once strace is attached: their
+    traced = _strace(server.pid, ["close"], lambda: took.append(  # 1st byte
+        under_attack(lab, idle_clients(server.port, ATTACKERS), 14,  # at 0
+                     every=1.0)), "-f")
+    took = took[0]
     lab.expect(took is not None,
                f"a new client was not served in 14 s while {ATTACKERS} "
                "connections sent a byte a second (no request deadline, or "
@@ -227,6 +256,21 @@ def slow_attack(lab):
                "watch it: "
                "the handout's attackers plus s.send(b'x') every second, "
                "then time curl")
+    twice = closed_twice(traced)
+    lab.expect(not twice,
+               f"{len(twice)} close() calls failed with EBADF while "
+               "requests begun and never finished were cut (close("
+               + (f"{twice[0]})" + (" and more" if len(twice) > 1 else "")
+                  if twice else ")")
+               + "): a descriptor closed twice, by the code that timed the "
+               "request out (after its 408?) and again by "
+               "serve_connection()? In between another pool thread may "
+               "accept a new client on that number, whose connection the "
+               "second close() then ends: return PARSE_ERROR with a 408 "
+               "status (serve_connection answers and closes) or "
+               "PARSE_CLOSED, and close nothing yourself; watch it: strace "
+               "-f -e trace=close -p PID while a client sends a byte a "
+               "second" if twice else "")
     return f"served after {took:.1f} s"
 
 
@@ -284,10 +328,11 @@ def attack_plan(start):
     return plans
 
 
-def held_for(port, plans, limit):
+def held_for(port, plans, limit, heard=None):
     """Runs the plans (lists of (time, bytes)), one connection each, and
     returns how long after its first byte the server closed each (None: not
-    within `limit` s)."""
+    within `limit` s). heard: a list that receives the bytes each was
+    sent."""
     socks = [socket.create_connection(("127.0.0.1", port), timeout=5)
              for _ in plans]
     sel = selectors.DefaultSelector()
@@ -297,7 +342,7 @@ def held_for(port, plans, limit):
     pending = sorted((t, k, data) for k, plan in enumerate(plans)
                      for t, data in plan)
     first = {k: plan[0][0] for k, plan in enumerate(plans)}
-    closed = {}
+    closed, got = {}, [b""] * len(socks)
     end = max(first.values()) + limit
     try:
         while len(closed) < len(socks) and time.monotonic() < end:
@@ -313,7 +358,9 @@ def held_for(port, plans, limit):
             for key, _ in sel.select(max(0.0, min(wait, 0.1))):
                 k = key.data
                 try:
-                    gone = not socks[k].recv(65536)
+                    chunk = socks[k].recv(65536)
+                    got[k] += chunk
+                    gone = not chunk
                 except BlockingIOError:
                     continue
                 except OSError:
@@ -324,17 +371,29 @@ def held_for(port, plans, limit):
     finally:
         for s in socks:
             s.close()
+    if heard is not None:
+        heard.extend(got)
     return [closed.get(k) for k in range(len(plans))]
+
+
+def after_answer(data):
+    """What came after the first whole response in data (by its
+    Content-Length)."""
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    return rest[int(length[1]) if length else 0:]
 
 
 @grader.check(15, f"attackers of every shape: each cut within {CUT} s of "
               "its request's first byte; an idle keep-alive client within "
-              f"{IDLE_CUT} s")
+              f"{IDLE_CUT} s, silently")
 def every_attacker_cut(lab):
     server = lab.start(env={"ZEROHTTPD_THREADS": str(WIDE)})
     get(server.port, "/")
     plans = attack_plan(time.monotonic() + 0.5)
-    held = held_for(server.port, [plan for _, _, plan in plans], CUT + 2)
+    heard = []
+    held = held_for(server.port, [plan for _, _, plan in plans], CUT + 2,
+                    heard)
     late = [f"{shape}: " + (f"{h:.1f} s" if h else "never") + f" (at most "
             f"{limit} s)" for (shape, limit, _), h in zip(plans, held)
             if h is None or h > limit]
@@ -344,13 +403,79 @@ def every_attacker_cut(lab):
                "request left count as arrived, blank lines too), once, for "
                "this request alone, body and 100 Continue included; before "
                "a request begins, first or keep-alive, the 5 s idle limit")
+    more = after_answer(heard[-1])  # the keep-alive client, answered once
+    line = more.split(b"\r\n")[0][:40]
+    lab.expect(not more,
+               "a keep-alive client answered once, then silent, was sent "
+               f"{line!r} before the close: a "
+               "connection between requests has no request to answer "
+               "(one already answered is no exception): close it silently "
+               "(PARSE_CLOSED); a 408 sent then may cross the client's "
+               "next request and be read as its answer; watch it: curl -v "
+               "http://127.0.0.1:8000/ http://127.0.0.1:8000/ reuses one "
+               "connection, or nc 127.0.0.1 8000, a request, then wait 5 s"
+               if more else "")
     return f"the longest held {max(h for h in held):.1f} s"
+
+
+def read_answer(sock):
+    """One response from sock: (status, its length in bytes), status 0 if
+    the connection ended first."""
+    data = bytearray()
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return 0, len(data)
+        data += chunk
+    head = bytes(data[:data.index(b"\r\n\r\n")])
+    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    left = len(head) + 4 + (int(length[1]) if length else 0) - len(data)
+    while left > 0:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            return 0, len(data)
+        data += chunk
+        left -= len(chunk)
+    return int(head.split(b" ", 2)[1]), len(data)
+
+
+def slow_download(port, path):
+    """A keep-alive client that reads a big answer only after 4 s (the
+    server's send waits for it), then is silent 3 s and asks again: the
+    idle 5 s run from the end of the answer, not from the request's last
+    byte. None if it was served, else what went wrong."""
+    label = ("a request sent 3 s after the end of a big answer the client "
+             "read only after 4 s, 7 s after its request (the 5 s idle "
+             "limit runs from when the server starts waiting, the end of "
+             "the answer, not from the client's last byte)")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+    sock.settimeout(seconds(20))
+    try:
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        time.sleep(4.0)  # the server's send blocks: its buffers are full
+        status, _ = read_answer(sock)
+        if status != 200:
+            return f"a big file was answered {status}"
+        time.sleep(3.0)
+        try:
+            sock.sendall(b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, _ = read_answer(sock)
+        except OSError as error:
+            return f"{label} was cut ({str(error)[:60]})"
+        return None if status == 200 else (
+            f"{label} was " + (f"answered {status}" if status else "cut"))
+    finally:
+        sock.close()
 
 
 def slow_but_legitimate(port, kind):
     """One client inside the limits, as `kind` says: None if it was served,
     else what went wrong."""
     ask = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+    if kind.startswith("/"):
+        return slow_download(port, kind)
     with Connection(port, timeout=seconds(20)) as conn:
         if kind in ("trickle", "idle-trickle"):  # 3 pieces 3.5 s apart
             if kind == "idle-trickle":  # 4 s silent first: 11 s in all
@@ -394,17 +519,25 @@ def slow_but_legitimate(port, kind):
                      "4 s (they count as arrived: its 10 s run from then, "
                      "not from the first request's first byte, and no 5 s "
                      "idle limit)")
-        elif kind == "nearly-10s":  # a head over 9.6 s: 10 s are 10 s
-            time.sleep((0.8 - time.time() % 1) % 1)  # at 0.8 of a second:
-            start = time.monotonic()  # a whole-second clock ends it at 9.2
+        elif kind in ("nearly-10s", "nearly-10s-mono"):  # 10 s are 10 s
+            # The first byte at 0.8 of a second of the wall clock (time())
+            # or of CLOCK_MONOTONIC (time.monotonic() reads it, as now_ms()
+            # does): a deadline in whole seconds of it ends the head at
+            # 9.2 s, before its second piece.
+            clock = time.time if kind == "nearly-10s" else time.monotonic
+            while not 0.8 <= clock() % 1 < 0.95:
+                time.sleep((0.8 - clock() % 1) % 1)
+            start = time.monotonic()
             for at, piece in [(0, b"GET /notes.txt HTTP/1.1\r\n"),
                               (9.35, b"Host: x\r\n"), (9.6, b"\r\n")]:
                 time.sleep(max(0.0, start + at - time.monotonic()))
                 conn.send_tolerating_reset(piece)
+            which = ("wall-clock second" if kind == "nearly-10s" else
+                     "second of CLOCK_MONOTONIC")
             label = ("a head sent over 9.6 s, its first byte at 0.8 of a "
-                     "wall-clock second (the 10 s must be 10 s to the "
-                     "millisecond: a deadline in whole seconds, time(NULL), "
-                     "ends it up to a second early)")
+                     f"{which} (the 10 s must be 10 s to the millisecond: "
+                     "a deadline in whole seconds, time(NULL) or "
+                     "now_ms() / 1000, ends it up to a second early)")
         else:
             if kind == "pause":  # one answered request, then 3 s idle
                 conn.send(ask)
@@ -434,10 +567,16 @@ def slow_clients_served(lab):
 @grader.check(15, "slow but legitimate, the limits combined: 4 s silent then "
               "a head over 7 s; a pipelined request finished 7 s later; "
               "6 s of silence inside a head; requests 4 s apart; a head "
-              "over 9.6 s")
+              "over 9.6 s; a request 3 s after a big answer read late")
 def combined_slow_clients(lab):
+    # Larger than the server's largest send buffer (tcp_wmem) and the
+    # client's 64 KiB receive buffer: the answer ends only once the client
+    # has read most of it.
+    wmem = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    path = big_file(lab, max(8 << 20, 2 * wmem))
     wrong = slow_clients(lab, ["idle-trickle", "pipelined", "mid-pause",
-                               "keepalive-4s", "nearly-10s"])
+                               "keepalive-4s", "nearly-10s",
+                               "nearly-10s-mono", path])
     lab.expect(not wrong, "; ".join(wrong))
 
 
@@ -445,7 +584,9 @@ def combined_slow_clients(lab):
 # on a host up that long: a millisecond count kept in 32 bits wraps. And
 # once the file $WALL_STEPPED exists, the wall clock (CLOCK_REALTIME,
 # gettimeofday(), time()) is WALL_STEP seconds ahead, as when NTP or an
-# operator steps it: CLOCK_MONOTONIC does not move.
+# operator steps it, and another WALL_STEP ahead at each read after that (a
+# step may fall between any two reads, however close): CLOCK_MONOTONIC does
+# not move.
 UPTIME = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -455,8 +596,11 @@ UPTIME = r"""
 #include <unistd.h>
 static long stepped(void)
 {
+    static long steps;
     const char *flag = getenv("WALL_STEPPED");
-    return flag && access(flag, F_OK) == 0 ? STEP : 0;
+    if (!flag || access(flag, F_OK) != 0)
+        return 0;
+    return STEP * __atomic_add_fetch(&steps, 1, __ATOMIC_RELAXED);
 }
 int clock_gettime(clockid_t id, struct timespec *ts)
 {
@@ -505,7 +649,8 @@ def status_or_cut(conn):
 @grader.check(5, f"on a host up {UPTIME_DAYS} days (CLOCK_MONOTONIC's "
               "milliseconds past 2^32), a request in two pieces 1 s apart "
               "is served; and one in three pieces while the wall clock "
-              "steps 1 h ahead")
+              "steps 1 h ahead, then at each read, and the next 0.5 s "
+              "later")
 def long_uptime(lab):
     shim, source = lab.workdir / "uptime.so", lab.workdir / "uptime.c"
     source.write_text(UPTIME)
@@ -540,6 +685,11 @@ def long_uptime(lab):
         time.sleep(1.0)
         conn.send_tolerating_reset(ask[28:])
         status = status_or_cut(conn)
+        idle = None
+        if status == 200:  # then 0.5 s idle, the wall clock still stepping
+            time.sleep(0.5)
+            conn.send_tolerating_reset(ask)
+            idle = status_or_cut(conn)
     lab.expect(status == 200,
                f"a request sent in three pieces 1 s apart, the wall clock "
                f"(CLOCK_REALTIME) stepped {WALL_STEP // 3600} h ahead after "
@@ -551,6 +701,17 @@ def long_uptime(lab):
                "deadlines on CLOCK_MONOTONIC (now_ms()); watch it: "
                "LD_PRELOAD a clock_gettime() that adds 3600 s to "
                "CLOCK_REALTIME, or date -s while a request trickles in")
+    lab.expect(idle == 200,
+               "the next request on that keep-alive connection, 0.5 s after "
+               f"the answer, the wall clock stepping {WALL_STEP // 3600} h "
+               f"ahead at each read (a step may come at any instant), was "
+               f"{idle}: the idle limit kept on the wall clock (gettimeofday("
+               "), time(), CLOCK_REALTIME)? A step between two of its reads "
+               "cuts every idle client at once (ahead) or holds a thread "
+               "for the step's length (back); keep both limits on "
+               "CLOCK_MONOTONIC (now_ms()); watch it: LD_PRELOAD a "
+               "gettimeofday() that adds an hour at each call, then curl "
+               "twice over one connection")
 
 
 def slow_clients(lab, kinds):
