@@ -14,10 +14,11 @@ import selectors
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.parse
 
-from grading import (Grader, _strace, ab_said,  # labs/grading.py
+from grading import (HEAP_BLOCKS, Grader, _strace, ab_said,  # labs/grading.py
                      asking_clients, failing, get, heap_blocks,
                      keepalive_load, wait_for,
                      raise_open_file_limit, seconds, status_field, stopped,
@@ -34,6 +35,9 @@ PAUSE = 0.25  # a Redis pause the server must sit out (its timeout is 1 s)
 GONE_PAGES = 60  # pages asked of a dead Redis, one every GONE_EVERY s
 GONE_EVERY = 0.05
 GONE_CONNECTS = 10  # connects allowed for them: the backoff makes about 5
+SILENT_PAGES = 20  # then pages, one every STREAM_EVERY s, on a port that
+SILENT_GAP = 2.5  # accepts and never answers: s between two connects (the
+# reference: its 1 s reply clock, then its 2 s backoff; a reset: 1.1 s)
 AT_ONCE = 0.25  # seconds: a 503 "at once" (no Redis to wait for)
 BACKOFF_MAX = 2.0  # the longest backoff (REDIS_BACKOFF_MAX_MS)
 BACK = BACKOFF_MAX + 1.0  # seconds after Redis is back: pages are 200 again
@@ -56,20 +60,20 @@ REMARK = "\u20ac" * 2000  # output buffer holds (6 KB of command each)
 FITS = 250  # of them answered 303 at least: about 680 fit in 4 MiB
 LEAK_PAGES = 20000  # keep-alive guestbook pages: nothing kept per page
 GHOSTS = [f"ghost{k}" for k in range(8)]  # posts answered 503 in a backoff
+FAILED_CONNECTS = 12  # links dropped, the next socket() failing each time
 # A malloc() that fails for the FIFO's first growth (64 -> 128 pointers,
-# 1,024 bytes) and nothing else the server asks for: fault injection.
-NO_GROWTH = """#include <errno.h>
-#include <stddef.h>
-extern void *__libc_malloc(size_t);
-void *malloc(size_t n)
+# 1,024 bytes) and nothing else the server asks for (fault injection), in
+# the library that counts the heap blocks in use (grading.heap_blocks).
+COUNTED_MALLOC = "void *malloc(size_t n) { return counted(__libc_malloc(n)); }"
+NO_GROWTH = HEAP_BLOCKS.replace(COUNTED_MALLOC, """void *malloc(size_t n)
 {
     if (n == 1024) {
         errno = ENOMEM;
         return NULL;
     }
-    return __libc_malloc(n);
-}
-"""
+    return counted(__libc_malloc(n));
+}""")
+assert NO_GROWTH != HEAP_BLOCKS
 PAGE = b"GET /guestbook HTTP/1.0\r\n\r\n"
 STALL_HOW = ("watch it: redis-cli CLIENT PAUSE 3000, then curl -w "
              "'%{time_total}\\n' http://127.0.0.1:8000/guestbook")
@@ -265,7 +269,9 @@ def pause_sat_out(lab):
 
 
 @grader.check(10, f"Redis gone: {GONE_PAGES} pages answered 503 at once, "
-              f"with at most {GONE_CONNECTS} connects (a backoff)")
+              f"with at most {GONE_CONNECTS} connects (a backoff); then a "
+              f"Redis that accepts and never answers: no two connects "
+              f"within {SILENT_GAP} s")
 def dead_redis_backoff(lab):
     server = lab.start()
     link_ready(lab, server)
@@ -273,32 +279,78 @@ def dead_redis_backoff(lab):
     holder = refusing(lab.redis.port)
     answers = []
     try:
-        calls = strace_count(server.pid, ["connect"], lambda: answers.extend(
-            answer_times(server.port, GONE_PAGES, GONE_EVERY, limit=2)))
-    except ConnectionRefusedError:
-        code = server.proc.wait(timeout=seconds(5))
-        lab.expect(False, f"the server died ({died_how(code)}) once Redis "
-                   "was gone: a client still in the FIFO after its 503? run "
-                   "it under make asan and stop redis-server")
+        try:
+            calls = strace_count(server.pid, ["connect"],
+                                 lambda: answers.extend(answer_times(
+                                     server.port, GONE_PAGES, GONE_EVERY,
+                                     limit=2)))
+        except ConnectionRefusedError:
+            code = server.proc.wait(timeout=seconds(5))
+            lab.expect(False, f"the server died ({died_how(code)}) once "
+                       "Redis was gone: a client still in the FIFO after its "
+                       "503? run it under make asan and stop redis-server")
+        statuses = sorted({status for status, _ in answers})
+        slow = [took for _, took in answers
+                if took is None or took > seconds(AT_ONCE)]
+        lab.expect(statuses == [503] and not slow,
+                   f"statuses {statuses}, {len(slow)} pages slower than "
+                   f"{AT_ONCE} s with Redis gone: a 503 comes at once while "
+                   "the link backs off (no client parked without a link)")
+        connects = calls.get("connect", 0)
+        lab.expect(connects <= GONE_CONNECTS,
+                   f"{connects} connects to a dead Redis for {GONE_PAGES} "
+                   f"pages in {GONE_PAGES * GONE_EVERY:.1f} s: no backoff "
+                   "(retry_at), or one reset before Redis ever answered (a "
+                   "non-blocking connect() that says EINPROGRESS is no sign "
+                   "Redis is up); watch them: stop redis-server, then strace "
+                   "-e trace=connect -p $(pgrep -x epoll) during ab -n 60 "
+                   "http://127.0.0.1:8000/guestbook")
+        gaps = silent_connect_gaps(server, holder)
     finally:
         holder.close()
-    statuses = sorted({status for status, _ in answers})
-    slow = [took for _, took in answers
-            if took is None or took > seconds(AT_ONCE)]
-    lab.expect(statuses == [503] and not slow,
-               f"statuses {statuses}, {len(slow)} pages slower than "
-               f"{AT_ONCE} s with Redis gone: a 503 comes at once while the "
-               "link backs off (no client parked without a link)")
-    connects = calls.get("connect", 0)
-    lab.expect(connects <= GONE_CONNECTS,
-               f"{connects} connects to a dead Redis for {GONE_PAGES} pages in "
-               f"{GONE_PAGES * GONE_EVERY:.1f} s: no backoff (retry_at), or "
-               "one reset before Redis ever answered (a non-blocking "
-               "connect() that says EINPROGRESS is no sign Redis is up); "
-               "watch them: stop redis-server, then strace -e trace=connect "
-               "-p $(pgrep -x epoll) during ab -n 60 http://127.0.0.1:8000/"
-               "guestbook")
-    return f"{connects} connects"
+    short = [gap for gap in gaps if gap < SILENT_GAP]
+    lab.expect(not short, f"connects to a Redis that accepts and never "
+               f"answers, after it was gone (the backoff at "
+               f"{BACKOFF_MAX:.0f} s by then), {short[0] if short else 0:.1f}"
+               f" s apart, under {SILENT_GAP} s (its 1 s reply clock, then "
+               "the backoff): the backoff was reset without a reply (a link "
+               "that connects is no sign Redis answers: only a reply is); "
+               "watch it: kill -STOP redis-server, then strace -r -e "
+               "trace=connect -p $(pgrep -x epoll) while curl asks for "
+               "/guestbook every 0.2 s")
+    return (f"{connects} connects; then "
+            + (", ".join(f"{gap:.1f}" for gap in gaps) or "no")
+            + " s between connects to a silent Redis")
+
+
+def silent_connect_gaps(server, holder):
+    """Lets holder (the stopped Redis's port) accept connections, and never
+    answers them, while SILENT_PAGES pages come one every STREAM_EVERY s:
+    the seconds between one connect to it and the next."""
+    holder.listen(16)
+    holder.settimeout(0.02)
+    accepted, done = [], threading.Event()
+
+    def accept():
+        while not done.is_set():
+            try:
+                accepted.append((time.monotonic(), holder.accept()[0]))
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        answer_times(server.port, SILENT_PAGES, STREAM_EVERY,
+                     limit=REPLY_LIMIT)
+    finally:
+        done.set()
+        thread.join()
+        for _, conn in accepted:
+            conn.close()
+    return [b[0] - a[0] for a, b in zip(accepted, accepted[1:])]
 
 
 def consecutive(lab, server, after):
@@ -504,13 +556,15 @@ def one_send_per_turn(lab):
 @grader.check(5, f"a FIFO that cannot grow (malloc fails past {FIFO_SLOTS} "
               "waiters): those clients get 503, every later reply is right")
 def fifo_full_cut_back(lab):
-    shim = lab.workdir / "no_growth.so"
+    env, blocks = heap_blocks(lab)  # its counter, with a malloc that
+    shim = lab.workdir / "no_growth.so"  # also fails for the FIFO's growth
     source = lab.workdir / "no_growth.c"
     source.write_text(NO_GROWTH)
     subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
                     str(source)], check=True, capture_output=True)
-    server = lab.start(env={"LD_PRELOAD": str(shim)})
+    server = lab.start(env={**env, "LD_PRELOAD": str(shim)})
     link_ready(lab, server)
+    first = blocks()
     lab.stall_redis()  # they all wait: the FIFO fills past its 64
     with stopped(server.pid):  # all of them in one loop turn
         socks = send_page_requests(server.port, 2 * FIFO_SLOTS)
@@ -526,7 +580,15 @@ def fifo_full_cut_back(lab):
                "nothing queued before it, and the link kept)")
     consecutive(lab, server, "after clients the FIFO could not take (a "
                 "command left in rd->out when fifo_push() failed?)")
-    return f"{statuses.count(200)} pages 200"
+    more = wait_for(lambda: blocks() - first, lambda n: n <= BLOCK_SLACK,
+                    limit=3)
+    lab.expect(more <= BLOCK_SLACK, f"{more:+} heap blocks in use (malloc "
+               f"less free, at most {BLOCK_SLACK}) after "
+               f"{statuses.count(503)} clients the FIFO could not take were "
+               "answered 503, every client gone: the command built for a "
+               "client that fifo_push() refused is not freed on the way to "
+               "its 503")
+    return f"{statuses.count(200)} pages 200, {more:+} blocks"
 
 
 def overflow_once(lab, server):
@@ -729,9 +791,11 @@ def no_leak_per_reconnect(lab):
 
 
 @grader.check(5, "Redis's socket() failing: pages and posts answered 503 at "
-              "once, and none of them reaches Redis once it works again")
+              "once, none of them reaches Redis once it works again, and "
+              "nothing is left behind")
 def connect_fails_at_once(lab):
-    server = lab.start()  # no link yet: the first page connects
+    env, blocks = heap_blocks(lab)  # a preloaded malloc that counts
+    server = lab.start(env=env)  # no link yet: the first page connects
     got, posts = [], []
 
     def refused():
@@ -772,6 +836,40 @@ def connect_fails_at_once(lab):
                "client; look at the link (rd->retry_at) before formatting, "
                "or cut the command back out")
     consecutive(lab, server, "after socket() failed and worked again")
+    first = blocks()
+    failed = []
+
+    def drops():  # every other socket() fails: one reconnect in two
+        for _ in range(FAILED_CONNECTS):
+            lab.redis.command("CLIENT", "KILL", "TYPE", "normal")
+            start, seen = time.monotonic(), []
+            while time.monotonic() - start < seconds(BACK):
+                time.sleep(0.05)  # the backoffs: 100 ms, then 200 ms
+                seen.append(get(server.port, "/guestbook")[0])
+                if seen[-1] == 200:
+                    break
+            failed.append(seen)
+            if seen[-1] != 200:
+                return
+
+    _strace(server.pid, ["socket"], drops, "-f", "-e",
+            "inject=socket:error=EMFILE:when=1+2")
+    bad = [seen for seen in failed
+           if seen[-1] != 200 or not set(seen) <= {200, 503}]
+    lab.expect(not bad, "Redis dropped the link, then came a page every 50 "
+               "ms while the next socket() failed (EMFILE) and the one "
+               f"after worked: they were answered {bad[:1]}: 503s, then a "
+               f"200 within {BACK:.0f} s")
+    more = wait_for(lambda: blocks() - first, lambda n: n <= BLOCK_SLACK // 2,
+                    limit=3)
+    lab.expect(more <= BLOCK_SLACK // 2, f"{more:+} heap blocks in use "
+               f"(malloc less free, at most {BLOCK_SLACK // 2}) after "
+               f"{FAILED_CONNECTS} pages whose redis_connect() failed at once "
+               "(socket() said EMFILE), each answered 503: the command "
+               "built for a page is not freed when the connect fails; "
+               "watch: valgrind --leak-check=full ./epoll 8000 with "
+               "ulimit -n too low for the link")
+    return f"{more:+} blocks after {FAILED_CONNECTS} failed connects"
 
 
 @grader.check(5, f"the guestbook works: {AT_ONCE_PAGES} pages at once, a "
