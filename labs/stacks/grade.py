@@ -10,6 +10,7 @@ memory map, whatever sets them."""
 
 import re
 import resource
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -40,6 +41,19 @@ REFUSAL_SLACK_KB = 4096  # must leave nothing behind either
 # The rlimits a server may be started under: the stack size is the
 # program's choice, not the shell's (`ulimit -s`).
 STACK_RLIMITS = (("unlimited", resource.RLIM_INFINITY), ("1024 KiB", 1 << 20))
+# Out of threads: every other pthread_create() fails (strace makes every
+# other clone3()/clone() of the main thread fail with EAGAIN, as at the
+# thread limit) over SPURNED connections one after another, after a warm-up
+# of a fifth as many: the address space and the mappings back within
+# SPURN_SLACK of where the warm-up left them (a stack kept for each failed
+# thread is 64 KiB and a mapping or two, each).
+SPURNED = 400
+SPURN_SLACK = (4096, 16)  # KiB of address space, mappings
+# Out of address space: RLIMIT_AS set (prlimit) to what the server holds
+# plus STARVED_KB, then STARVED idle clients at once: those it has no stack
+# for are dropped, and the server lives on.
+STARVED_KB = 16 * 1024
+STARVED = 400
 SERIAL = 5000  # connections one after another: none may leave memory
 # behind, nor take the stack of a client that stays
 # Heap blocks in use (malloc minus free, counted by a preloaded library)
@@ -152,7 +166,7 @@ def alive(lab, server, doing):
                "/guestbook")
 
 
-@grader.check(25, f"at most {IDLE_KB // 1024} MiB of address space before "
+@grader.check(15, f"at most {IDLE_KB // 1024} MiB of address space before "
               f"any client, {LIMIT_KB} KiB more per thread with {IDLE} idle "
               f"clients, a stack at most {STACK_KB} KiB")
 def small_stacks(lab):
@@ -260,7 +274,14 @@ def crowd(lab):
     ask = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
     try:
         clients = kept_clients(server.port, CROWD)  # a first request each
-        threads_for(lab, server, CROWD)
+        threads = threads_for(lab, server, CROWD)
+        sizes = sorted({size for size, _ in thread_stacks(server.pid)})
+        lab.expect(sizes and sizes[-1] <= STACK_KB, f"thread stacks of "
+                   f"{sizes[-8:]} KiB with {CROWD} clients at once "
+                   f"({threads} threads): every thread's stack at most "
+                   f"{STACK_KB} KiB, however many clients (stacks kept "
+                   "ready run out: a thread then given glibc's default, "
+                   f"8 MiB, is the lab's problem back); {WATCH}")
         answered = 0
         for c in clients:  # every thread wakes on the stack it slept on
             c.settimeout(seconds(10))
@@ -417,6 +438,86 @@ def handoff(lab):
     return f"{came[0]} clients while a thread was held at exit, no stack shared"
 
 
+def spurned(lab, server, count):
+    """count connections one after another, each a request (HTTP/1.0)
+    read to its end: an answer, or a close if no thread could serve it."""
+    for k in range(count):
+        try:
+            with Connection(server.port, timeout=seconds(5)) as conn:
+                conn.send_tolerating_reset(
+                    b"GET /notes.txt HTTP/1.0\r\n\r\n")
+                while conn.sock.recv(65536):
+                    pass
+        except ConnectionError:
+            pass  # dropped: no thread for it
+        except OSError:
+            alive(lab, server, f"connection {k + 1} of {count} while every "
+                  "other pthread_create() failed")
+            raise
+
+
+@grader.check(10, f"out of threads (every other pthread_create() fails, "
+              f"{SPURNED} connections) and out of address space (RLIMIT_AS, "
+              f"{STARVED} clients at once): clients dropped, nothing kept, "
+              "the server lives")
+def out_of_threads(lab):
+    server = start(lab)
+    spurned(lab, server, SPURNED // 5)
+    before = footprint(server.pid)[:2]
+    _strace(server.pid, ["clone", "clone3"], lambda: spurned(
+        lab, server, SPURNED), "-e", "inject=clone,clone3:error=EAGAIN:"
+        "when=2+2")
+    grown = wait_for(lambda: [a - b for a, b in zip(footprint(server.pid),
+                                                    before)],
+                     lambda g: all(x <= s for x, s in zip(g, SPURN_SLACK)),
+                     limit=5)
+    lab.expect(all(x <= s for x, s in zip(grown, SPURN_SLACK)), f"{grown[0]} "
+               f"more KiB of address space and {grown[1]} more mappings (at "
+               f"most {SPURN_SLACK[0]} and {SPURN_SLACK[1]}) after {SPURNED} "
+               "connections one after another while every other "
+               "pthread_create() failed (strace -e inject=clone,clone3:"
+               "error=EAGAIN:when=2+2 -p PID, as at the thread limit): the "
+               "stack made for a thread that never started is never given "
+               f"back (munmap it, or reuse it); {WATCH}")
+    status, _ = get(server.port, "/style.css")
+    lab.expect(status == 200, f"GET /style.css answered {status} after "
+               "pthread_create() failed")
+    held = status_field(server.pid, "VmSize") + STARVED_KB
+    resource.prlimit(server.pid, resource.RLIMIT_AS,
+                     (held * 1024, resource.RLIM_INFINITY))
+    clients = []
+    try:
+        try:
+            for _ in range(STARVED):
+                clients.append(socket.create_connection(
+                    ("127.0.0.1", server.port), timeout=seconds(5)))
+            wait_for(lambda: status_field(server.pid, "Threads"),
+                     lambda n: n > STARVED, limit=2)
+        except OSError:
+            pass  # the server's end: judged below
+        for c in clients:
+            c.close()
+        alive(lab, server, f"{STARVED} idle clients at once with its address "
+              f"space limited to {held} KiB (prlimit --as, {STARVED_KB} KiB "
+              "more than it held): a stack that could not be mapped (mmap "
+              "or mprotect failed, MAP_FAILED used as a stack?) must drop "
+              "its client, not the server")
+    finally:
+        if server.proc.poll() is None:
+            resource.prlimit(server.pid, resource.RLIMIT_AS,
+                             (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    try:
+        status, _ = get(server.port, "/style.css")
+    except OSError:
+        alive(lab, server, "GET /style.css after the address space ran out")
+        raise
+    lab.expect(status == 200, f"GET /style.css answered {status} once the "
+               "address space had run out and the clients had gone")
+    server.stop()
+    return (f"{grown[0]:+} KiB, {grown[1]:+} mappings after {SPURNED} "
+            f"connections, half refused a thread; alive past {held} KiB")
+
+
 @grader.check(10, f"{SERIAL} connections one after another, then "
               f"{REFUSALS} refused ones, leave no memory behind, beside a "
               "client that stays")
@@ -547,6 +648,40 @@ def file_scope_arrays(code):
     return found
 
 
+# What hands out a buffer from the heap (or a mapping): a static pointer set
+# from one of these, once, is one buffer that every thread writes.
+ALLOCATORS = r"(?:malloc|calloc|realloc|reallocarray|strdup|strndup|" \
+    r"aligned_alloc|memalign|valloc|mmap)"
+BYTE_TYPES = r"\b(char|u?int8_t|u_char|void)\b"
+
+
+def static_pointers(code):
+    """[(offset, name, scope)] of the static pointers to writable bytes
+    (char *, uint8_t *, void *; not a pointer to const, not thread-local)
+    in code: declared in a function with `static` (scope: its name), or at
+    file scope (scope None)."""
+    found = []
+
+    def pointers(decl, at, scope):
+        if re.search(r"\b(const|_Thread_local|__thread|thread_local|"
+                     r"typedef|extern)\b", decl.split("*")[0] + " " +
+                     decl.split("=")[0].split("(")[0]):
+            return
+        for m in re.finditer(r"\*\s*([A-Za-z_]\w*)\s*(?=[=,;\[]|$)", decl):
+            head = decl[:m.start()]
+            if "(" in head or not re.search(BYTE_TYPES, head):
+                continue
+            found.append((at + m.start(), m[1], scope))
+
+    for offset, decl in file_scope(code):
+        pointers(decl, offset, None)
+    for name, (first, body) in function_names(code).items():
+        start = code.find(body)
+        for m in re.finditer(r"\bstatic\b[^;{}()]*", body):
+            pointers(m[0], start + m.start() if start >= 0 else 0, name)
+    return found
+
+
 @grader.check(5, "no writable buffer in static storage, in a function or "
               "at file scope (a source review): every thread would share it")
 def shared_buffers(lab):
@@ -577,6 +712,22 @@ def shared_buffers(lab):
                        f"{lines[line - 1].strip()[:80]!r}; a buffer stays "
                        "on the stack (it is what the stack is for) or on "
                        "the heap, per thread")
+    for at, name, scope in static_pointers(code):
+        where = function_body(code, scope)[1] if scope else code
+        set_from = re.search(rf"\b{name}\s*=\s*(?:\([^()]*\)\s*)?"
+                             rf"{ALLOCATORS}\s*\(", where)
+        if not set_from:
+            continue
+        line = code.count("\n", 0, at) + 1
+        lab.expect(False, f"{name} is a static pointer "
+                   f"({scope + '()' if scope else 'file scope'}, line "
+                   f"{line}: {lines[line - 1].strip()[:70]!r}) set from "
+                   f"{set_from[0].split('=')[-1].strip()[:-1].strip()}(): "
+                   "one heap buffer that every thread writes at once, so a "
+                   "request can be answered with another's bytes (another "
+                   "redirect's Location); a buffer stays on the stack (it "
+                   "is what the stack is for) or is allocated per request "
+                   "(and freed)")
     return "no static buffer"
 
 

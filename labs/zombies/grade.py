@@ -11,10 +11,12 @@ speeds; every wait is generous."""
 
 import contextlib
 import ctypes
+import mmap
 import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -28,7 +30,8 @@ from grading import (C_WORDS, Grader, HeldClients,  # labs/grading.py
                      wait_for, zombie_children)
 from rawhttp import Connection  # tests/rawhttp.py
 
-BURST = 500  # children that exit while the server cannot run: one SIGCHLD
+BURST = 1100  # children that exit while the server cannot run: one SIGCHLD
+# (past any cap on reaps a pass plausibly holds: 256, 512, 1024)
 # An idle server's child, once it has answered and exited, is reaped within
 # this many seconds (not stretched by TIMEOUT): SIGCHLD interrupts accept()
 # at once; a server deaf to it waits for accept()'s 1 s timeout.
@@ -40,6 +43,16 @@ IDLE_ROUNDS = 3
 FRUITLESS = 4
 LOAD = ["-n", "3000", "-c", "50"]  # ab: 50 connections at a time
 PILED = 300  # zombies at once during that load, at most
+# Bytes of heap in use (malloc less free) in the server process itself (not
+# its children), counted by a preloaded library, that the load may add: the
+# parent allocates nothing per child; a record kept of every child (a
+# growing array of statuses) is 8 bytes and more for each of the 3,000.
+HEAP_SLACK = 4096
+# Children killed by a signal (SIGKILL), in batches of KILL_BATCH at once,
+# over one server's life: past any count of live children (a cap of 4096)
+# that only a normal exit would bring down.
+KILLED = 4400
+KILL_BATCH = 1100
 SERIAL = 40  # requests one after another
 ROUNDS = 3  # a child exits while the reaper's waitpid() is under way
 SLOWED = 0.5  # seconds added to the return of each waitpid() (strace)
@@ -51,6 +64,99 @@ grader = Grader("zombies")
 # run in (see __main__), as a script or make that starts a server does, so
 # a server that stops with kill(0, ...) signals it too.
 launcher_hit = []
+
+
+# Counts the bytes of heap in use (malloc_usable_size of every block
+# allocated, less every block freed) in the process that loaded it, into a
+# file the grader maps; a child (fork) counts into a private word instead.
+HEAP_BYTES = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void __libc_free(void *);
+extern void *__libc_memalign(size_t, size_t);
+static long early, mine, *live = &early;
+static void add(void *p, long sign)
+{
+    if (p)
+        __atomic_add_fetch(live, sign * (long)malloc_usable_size(p),
+                           __ATOMIC_RELAXED);
+}
+static void in_child(void) { live = &mine; }
+__attribute__((constructor)) static void share(void)
+{
+    pthread_atfork(NULL, NULL, in_child);
+    const char *path = getenv("LAB_HEAP_BYTES");
+    int fd = path ? open(path, O_RDWR) : -1;
+    if (fd < 0)
+        return;
+    long *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
+                        MAP_SHARED, fd, 0);
+    close(fd);
+    if (shared != MAP_FAILED) {
+        *shared = early;
+        live = shared;
+    }
+}
+void *malloc(size_t n) { void *p = __libc_malloc(n); add(p, 1); return p; }
+void *calloc(size_t k, size_t n)
+{
+    void *p = __libc_calloc(k, n);
+    add(p, 1);
+    return p;
+}
+void free(void *p) { add(p, -1); __libc_free(p); }
+void *realloc(void *p, size_t n)
+{
+    long was = p ? (long)malloc_usable_size(p) : 0;
+    void *q = __libc_realloc(p, n);
+    if (q || n == 0) {
+        __atomic_sub_fetch(live, was, __ATOMIC_RELAXED);
+        add(q, 1);
+    }
+    return q;
+}
+void *memalign(size_t a, size_t n)
+{
+    void *p = __libc_memalign(a, n);
+    add(p, 1);
+    return p;
+}
+void *aligned_alloc(size_t a, size_t n) { return memalign(a, n); }
+int posix_memalign(void **out, size_t a, size_t n)
+{
+    void *p = __libc_memalign(a, n);
+    if (!p)
+        return 12;
+    add(p, 1);
+    *out = p;
+    return 0;
+}
+"""
+
+
+def heap_bytes(lab):
+    """A library to preload that counts the server's heap bytes in use
+    (its own, not its children's): (env to start it with, a function that
+    reads the count)."""
+    shim, source = lab.workdir / "heap_bytes.so", lab.workdir / "heap.c"
+    counter = lab.workdir / "heap_bytes.count"
+    source.write_text(HEAP_BYTES)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
+                    str(source), "-lpthread"], check=True,
+                   capture_output=True)
+    counter.write_bytes(bytes(mmap.PAGESIZE))
+    with counter.open("r+b") as file:
+        view = mmap.mmap(file.fileno(), mmap.PAGESIZE)
+    return ({"LD_PRELOAD": str(shim), "LAB_HEAP_BYTES": str(counter)},
+            lambda: struct.unpack_from("q", view)[0])
 
 
 # The reaping calls: waitpid(), wait() and wait3() are wait4 to the kernel;
@@ -134,7 +240,7 @@ def zombies_gone(lab, server, what, limit=2):
                f"{what}; {WATCH}")
 
 
-@grader.check(20, f"{BURST} children exit at once (one SIGCHLD): all reaped "
+@grader.check(15, f"{BURST} children exit at once (one SIGCHLD): all reaped "
               "in one pass")
 def bursts(lab):
     server = lab.start()
@@ -188,10 +294,50 @@ def bursts(lab):
             f"{fruitless} fruitless waitpid() calls a turn")
 
 
+@grader.check(5, f"{KILLED} children killed by a signal, {KILL_BATCH} at a "
+              "time, over one server's life: it still serves")
+def signal_deaths(lab):
+    server = lab.start()
+    killed = 0
+    for batch in range(2 * KILLED // KILL_BATCH):
+        if killed >= KILLED:
+            break
+        clients = idle_clients(server.port, KILL_BATCH)
+        alive = wait_for(lambda: len(live_children(server.pid)),
+                         lambda n: n >= KILL_BATCH, limit=5)
+        lab.expect(alive >= KILL_BATCH, f"{alive} children for "
+                   f"{KILL_BATCH} clients connected at once, after "
+                   f"{killed} children killed by SIGKILL (batch "
+                   f"{batch + 1}): the server forks no more, a count of "
+                   "live children that a death by a signal never brings "
+                   "down (only WIFEXITED counted?); watch: kill -9 a "
+                   "child, then ps -o pid,stat --ppid PID")
+        for pid in live_children(server.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        for client in clients:
+            client.close()
+        zombies_gone(lab, server, f"{killed} children killed by SIGKILL "
+                     f"(batch {batch + 1})")
+    for path in ("/", "/style.css"):
+        served(lab, server, path, beside=f" (after {killed} children "
+               "killed by SIGKILL: a count of live children that only a "
+               "normal exit brings down drops every client once it "
+               "reaches its cap)")
+    return f"{killed} children killed by a signal; still serving"
+
+
 @grader.check(15, f"ab {' '.join(LOAD)}: every request served, no zombie "
-              "and no child left")
+              "and no child left; the server's heap does not grow")
 def under_load(lab):
-    server = lab.start(blocked=(signal.SIGCHLD,))
+    env, heap = heap_bytes(lab)
+    server = lab.start(env=env, blocked=(signal.SIGCHLD,))
+    for _ in range(3):  # what the server allocates once, at its first
+        served(lab, server)
+    wait_for(lambda: len(live_children(server.pid)), lambda n: n == 0,
+             limit=3)
+    first = heap()
     most, done_loading = [0], threading.Event()
 
     def count_zombies():  # while the load runs, not only after it
@@ -226,9 +372,9 @@ def under_load(lab):
                "when accept() was interrupted")
     # each accept that returned a client, but the last, is a turn of the
     # loop: a waitpid() before the next accept, whatever the signal did
-    served = [calls for fd, calls, _ in seen[:-1] if fd >= 0]
-    skipped = sum(not calls for calls in served)
-    lab.expect(not skipped, f"{skipped} of {len(served)} turns of the "
+    turned = [calls for fd, calls, _ in seen[:-1] if fd >= 0]
+    skipped = sum(not calls for calls in turned)
+    lab.expect(not skipped, f"{skipped} of {len(turned)} turns of the "
                "accept loop (an accept() that returned a client, then the "
                "next accept()) called no waitpid() (nor waitid()) during ab "
                f"{' '.join(LOAD)} with SIGCHLD blocked: the zombies pile up "
@@ -239,8 +385,17 @@ def under_load(lab):
                      lambda n: n == 0, limit=3)
     lab.expect(alive == 0, f"{alive} children still running 3 s after the "
                "last client (ps -o pid,stat,wchan --ppid PID)")
+    grown = heap() - first
+    lab.expect(grown <= HEAP_SLACK, f"the server's heap grew by {grown} "
+               f"bytes in use (malloc less free, in the server itself, not "
+               f"its children; at most {HEAP_SLACK}) over ab "
+               f"{' '.join(LOAD)}: something kept for every child (a "
+               "growing array of PIDs or statuses) is never freed, and a "
+               "server runs for months; keep nothing per child, or free it "
+               "when it is reaped; watch: grep VmData /proc/PID/status "
+               "before and after ab -n 100000 -c 50")
     return (f"at most {most[0]} zombies at once; a waitpid() on each of "
-            f"{len(served)} turns")
+            f"{len(turned)} turns; heap {grown:+} bytes")
 
 
 @grader.check(15, "a client is served while another client's child is busy")
