@@ -400,7 +400,8 @@ FAILED = {  # what fails, from the 2nd call on, and what it costs a loop
        "(SO_REUSEADDR), (TCP_NODELAY), bind() or listen() from the 2nd on "
        "failing exits it, not a loop with a listener missing, "
        "borrowed or set up short; each socket has SO_REUSEADDR before its "
-       "bind(), and no listener is closed while the loops start")
+       "bind(), none has a buffer size set, and no listener is closed "
+       "while the loops start")
 def setup_failures_fatal(lab):
     shim, source = lab.workdir / "nth_fails.so", lab.workdir / "nth_fails.c"
     source.write_text(NTH_FAILS)
@@ -479,6 +480,23 @@ def setup_failures_fatal(lab):
                "without it, and a restart fails while the last run's "
                "connections wait in TIME_WAIT; set it before bind() (see "
                f"strace -f -e trace=setsockopt,bind {RUN[:-2]})")
+    # A buffer size set on a socket locks it (SOCK_SNDBUF_LOCK,
+    # SOCK_RCVBUF_LOCK): the listener reads back as the first, but every
+    # socket it accepts inherits the lock and its buffers never autotune
+    # (a send buffer stuck at 16 KiB, not grown to megabytes). The first
+    # listener has none set; the reference sets none anywhere.
+    sized = [line for line in upto.splitlines()
+             if re.search(r"setsockopt\(\d+<TCP[^>]*>, SOL_SOCKET, "
+                          r"SO_(RCV|SND)BUF", line)]
+    lab.expect(not sized, f"{len(sized)} setsockopt() of a buffer size on "
+               "the listeners while the loops started (" +
+               (sized[0].split(" ", 1)[-1][:70] if sized else "") + "): "
+               "it reads back as the first listener's, but setting "
+               "SO_SNDBUF or SO_RCVBUF locks the size, and every client "
+               "that listener accepts inherits the lock: its buffers no "
+               "longer grow with the connection (autotuning); the first "
+               "listener sets none, set none (see strace -f -e "
+               f"trace=setsockopt {RUN[:-2]})")
     closed = [line for line in upto.splitlines()
               if re.search(rf"close\(\d+<TCP\w*:\[[^\]]*:{port}\]>", line)]
     lab.expect(not closed, f"a socket on the port was closed while the "
