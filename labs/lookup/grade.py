@@ -62,9 +62,12 @@ SANITIZE = "-fsanitize=address -fno-omit-frame-pointer"
 NO_GROWTH = """#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <malloc.h>
 #include <poll.h>
 #include <stddef.h>
-/* The pollfd array's growth past 1,024 entries fails, once. */
+/* The pollfd array's growth past 1,024 entries fails, once; every
+ * shrinking of an array of 512 entries or more fails, every time (realloc
+ * may fail to shrink: the old block is then still the array). */
 void *realloc(void *p, size_t n)
 {
     static void *(*next)(void *, size_t);
@@ -73,6 +76,11 @@ void *realloc(void *p, size_t n)
         next = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
     if (p && n == 2048 * sizeof(struct pollfd) && !failed) {
         failed = 1;
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (p && n >= 512 * sizeof(struct pollfd) &&
+        n % sizeof(struct pollfd) == 0 && n < malloc_usable_size(p)) {
         errno = ENOMEM;
         return NULL;
     }
@@ -107,7 +115,7 @@ HIGH = """#define _GNU_SOURCE
  * accepts for real. recv() on one says EAGAIN (no data yet: the server
  * watches it), close() on one succeeds, and poll() says, once each, that it
  * was handed one (the kernel reports it POLLNVAL: the server closes it). */
-static int fake[16], nfake, given, seen[16];
+static int fake[16], nfake, given, seen[16], closed[16];
 static int fake_of(int fd)
 {
     for (int k = 0; k < given; k++)
@@ -151,7 +159,10 @@ int close(int fd)
     static int (*next)(int);
     if (!next)
         next = (int (*)(int))dlsym(RTLD_NEXT, "close");
-    return fake_of(fd) >= 0 ? 0 : next(fd);
+    int k = fake_of(fd);
+    if (k >= 0)
+        closed[k] = 1;
+    return k >= 0 ? 0 : next(fd);
 }
 int poll(struct pollfd *fds, nfds_t n, int timeout)
 {
@@ -160,15 +171,17 @@ int poll(struct pollfd *fds, nfds_t n, int timeout)
         next = (int (*)(struct pollfd *, nfds_t, int))dlsym(RTLD_NEXT, "poll");
     for (nfds_t i = 0; i < n; i++) {
         int k = fake_of(fds[i].fd);
-        if (k >= 0 && !seen[k]) {
-            seen[k] = 1;
+        if (k >= 0 && seen[k]++ == 0)
             dprintf(2, "high-fd shim: poll() handed descriptor %d\\n",
                     fds[i].fd);
-        }
+        if (k >= 0 && seen[k] == 100 && !closed[k])
+            dprintf(2, "high-fd shim: descriptor %d handed to poll() 100 "
+                    "times, never closed\\n", fds[i].fd);
     }
     return next(fds, n, timeout);
 }
 """
+NVAL_WAIT = 1  # s the server is left idle after the high descriptors
 HALF = ASK[:-2]  # a request begun: the server holds it 10 s, not 5
 grader = Grader("lookup")
 
@@ -691,7 +704,8 @@ def last_leaves(lab):
 @grader.check(10, f"watches that leave and come back: Redis restarted "
               f"{RESTARTS} times, the listener paused out of descriptors "
               "(accept4 failing with EMFILE, twice); every client still "
-              "answered")
+              "answered; paused with no client open and Redis down (an "
+              "empty array): the server lives and answers")
 def watches_come_back(lab):
     server = lab.start()
     big_file(lab, BIG)
@@ -783,12 +797,59 @@ def watches_come_back(lab):
     listener_pauses(lab)
 
 
+def open_count(server):
+    """How many descriptors server has open (0 once it is gone)."""
+    try:
+        return len(descriptors(server.pid)) if server.proc.poll() is None \
+            else 0
+    except OSError:
+        return 0
+
+
+def pause_alone(lab):
+    """Redis down (the link not open) and no client: accept4 fails with
+    EMFILE while one client comes, so the listener's watch leaves and the
+    array is empty for those 10 ms: poll() with no entries, and a scan of
+    none. The server must live, and answer once accept4 works again."""
+    lab.redis.stop()
+    try:
+        server = lab.start()
+        time.sleep(seconds(0.3))  # its first try at Redis has failed
+
+        def one_comes():
+            with contextlib.suppress(OSError, AssertionError):
+                with Connection(server.port, timeout=seconds(2)) as c:
+                    c.send(ASK)
+                    time.sleep(0.5)  # the listener leaves, comes back
+        failing(server.pid, "accept4", "EMFILE", one_comes)
+        time.sleep(seconds(0.2))
+        died = server.proc.poll()
+        status = 0
+        if died is None:
+            with contextlib.suppress(AssertionError, OSError):
+                status = get(server.port, "/")[0]
+        died = server.proc.poll()
+    finally:
+        lab.redis.start()
+    lab.expect(died is None, f"the server died (exit {died}; -8 is SIGFPE: "
+               "a division by zero) when the listener paused (accept4 "
+               "failing with EMFILE) with no client open and the Redis "
+               "link down: the array was empty (polled.n == 0): a scan "
+               "whose start is taken modulo polled.n before looking at "
+               "polled.n?")
+    lab.expect(status == 200, f"GET / answered {status or 'nothing'} after "
+               "the listener paused with no client open and the Redis link "
+               "down (an empty array)")
+    server.stop()
+
+
 def listener_pauses(lab):
     """accept4 fails with EMFILE (strace's fault injection) while a client
     comes: the spare given up does not help, so the listener's watch
     leaves for 10 ms, and comes back as the array's last entry. Clients
     then leave (the listener moves into a hole: its slot must follow),
     and it pauses again: every open client must still be answered."""
+    pause_alone(lab)
     server = lab.start()
     rng = random.Random(23)
     conns = []
@@ -935,6 +996,8 @@ def many_ready(lab):
     finally:
         for c in conns:
             c.close()
+    if server.proc.poll() is None:  # all closed: the array shrinks, if it
+        wait_for(lambda: open_count(server), lambda n: n < 20, 20)  # does
     died = server.proc.poll()
     if died is None:
         try:
@@ -1036,6 +1099,7 @@ def high_descriptors(lab):
         for _ in range(3):  # the first is accepted after the high ones
             with contextlib.suppress(AssertionError, OSError):
                 statuses.append(get(server.port, "/notes.txt")[0])
+        time.sleep(seconds(NVAL_WAIT))  # poll() again and again, if kept
     finally:
         died = server.proc.poll()
         if died is None:
@@ -1050,6 +1114,14 @@ def high_descriptors(lab):
                f"shim's accept4), the server "
                + (f"died (exit {died})" if died is not None else
                   f"answered {statuses} to three clients") + f": {fault}")
+    kept = re.findall(r"high-fd shim: descriptor (\d+) handed to poll\(\) "
+                      r"100 times", server.stderr())
+    lab.expect(not kept, f"clients on descriptors {', '.join(kept)} (an "
+               "LD_PRELOAD shim's accept4; poll() says POLLNVAL for each) "
+               "handed to poll() 100 times and never closed: POLLNVAL "
+               "skipped? poll() then returns at once for ever (100% CPU); "
+               "an entry poll() says POLLNVAL for must be closed and leave "
+               "the array")
     watched = {int(m) for m in re.findall(
         r"high-fd shim: poll\(\) handed descriptor (\d+)", server.stderr())}
     missing = [fd for fd in high if fd not in watched]
