@@ -27,19 +27,24 @@ WORKERS = 4
 # A bigger pool, most of it dying at once: more deaths behind one SIGCHLD
 # than a fixed batch of 32, 64, 128, 256, 512 or 1024 holds (the pool may
 # be up to 4096, MAX_WORKERS: every dead one must be reaped).
-CROWD = 1100
-DYING = 1040
+CROWD = 2200
+DYING = 2100  # more than a fixed batch of 2048 too
 ROUNDS = 8  # generations of replacements, each killed in turn
 # The server inherits a blocked signal, as from a shell or a supervisor of
 # its own: the first workers get that mask back, and so must replacements
 # (an empty mask would only match the first workers' under a clean start).
 INHERITED = (signal.SIGUSR2,)
+# like_first also starts it with SIGCHLD blocked: a replacement mask built
+# from the supervisor's own mask minus SIGCHLD, SIGINT and SIGTERM (not the
+# saved one) then differs from the first workers'.
+LIKE_FIRST_BLOCKED = (signal.SIGUSR2, signal.SIGCHLD)
 DEATHS = {"SIGTERM (it exits normally, status 0)": signal.SIGTERM,
           "SIGSEGV (a crash)": signal.SIGSEGV,
           "SIGKILL": signal.SIGKILL}
 WATCH = ("watch: ZEROHTTPD_WORKERS=4 ./preforked 8000 & kill -9 "
          "$(pgrep -P $! | head -3); ps -o pid,stat --ppid $!")
-STARTS_FAIL = 5  # replacements in a row that fail as they start
+STARTS_FAIL = 15  # replacements in a row that fail as they start (more
+# than a crash-loop guard that gives a slot up after 10 young deaths)
 START_DELAY = 0.15  # s each fork() of the supervisor returns late then
 STARTS_FAIL_MANY = 60  # then, every worker dead, this many fail in a row
 # SIGTERM is taken within this many seconds while fork() fails and while
@@ -47,6 +52,13 @@ STARTS_FAIL_MANY = 60  # then, every worker dead, this many fail in a row
 # replacement, a retry of a failed fork after a pause): it would be deaf
 # to SIGTERM meanwhile, and leave the other dead unreaped.
 STOP_WHILE_FAILING = 1
+# fork_fails: a pool of this many, all killed while fork() fails, so that a
+# pause per empty slot (a retry of a failed fork after 50 ms) adds up.
+FORK_FAIL_POOL = 60
+# no_orphans: each prctl() of a replacement enters this many seconds late,
+# and the supervisor is killed meanwhile: the replacement must see that its
+# parent is gone (getppid()) and exit.
+PRCTL_DELAY = 1
 # While fork() fails, the supervisor may try an empty slot again, but not
 # in a loop: at most this many fork() calls in the second that fork()
 # fails with every worker dead (a retry per slot at most every 0.1 s).
@@ -93,10 +105,10 @@ int prctl(int option, ...)
 grader = Grader("supervisor")
 
 
-def pool(lab, workers=WORKERS, env=None):
+def pool(lab, workers=WORKERS, env=None, blocked=INHERITED):
     """A server with `workers` workers, all started."""
     server = lab.start(env={"ZEROHTTPD_WORKERS": str(workers), **(env or {})},
-                       blocked=INHERITED)
+                       blocked=blocked)
     started = wait_for(lambda: live_children(server.pid),
                        lambda w: len(w) == workers, limit=3)
     lab.expect(len(started) == workers, f"{len(started)} workers at start "
@@ -207,7 +219,7 @@ def generations(lab):
 @grader.check(10, "replacements are forked like the first workers (signal "
               "mask) and serve")
 def like_first(lab):
-    server, workers = pool(lab)
+    server, workers = pool(lab, blocked=LIKE_FIRST_BLOCKED)
     own = status_field_text(server.pid, "SigBlk")  # the supervisor's
     mask = wait_for(lambda: status_field_text(workers[-1], "SigBlk"),
                     lambda m: m != own, limit=2)  # once set in the child
@@ -221,7 +233,9 @@ def like_first(lab):
                        lambda m: m == mask, limit=2)
         lab.expect(got == mask, f"a replacement blocks signals {got}, the "
                    f"first workers {mask} (the server was started with "
-                   "SIGUSR2 blocked, as a shell may start it): fork it as "
+                   "SIGUSR2 and SIGCHLD blocked, as a shell may start it: "
+                   "not the supervisor's mask minus its own signals, the "
+                   "mask it saved): fork it as "
                    "the first ones, spawn_worker() with the mask it is "
                    "given; watch: grep SigBlk /proc/PID/status")
     serves_beside_held(lab, server)
@@ -244,7 +258,25 @@ def no_orphans(lab):
     server, workers = pool(lab)
     kill(workers[:2])
     fresh = refilled(lab, server, workers[:2], "SIGKILL to 2 workers")
-    os.kill(server.pid, signal.SIGKILL)  # no stop: the kernel must end them
+    # Then one more is killed while every prctl() of a new child enters
+    # PRCTL_DELAY s late (strace), and the supervisor is killed before its
+    # replacement's prctl(PR_SET_PDEATHSIG) has run: a death signal asked
+    # for once the parent is gone never comes, so the replacement must
+    # check getppid() after it, as spawn_worker() does.
+    late = []
+
+    def killed_before_prctl():
+        kill([fresh[0]])
+        new = wait_for(lambda: [p for p in live_children(server.pid)
+                                if p not in fresh], lambda n: n, limit=2)
+        late.extend(new)
+        time.sleep(seconds(0.2))
+        os.kill(server.pid, signal.SIGKILL)  # no stop: the kernel ends them
+        time.sleep(PRCTL_DELAY + 0.3)  # the delayed prctl() has entered
+
+    _strace(server.pid, ["prctl"], killed_before_prctl, "-f", "-e",
+            f"inject=prctl:delay_enter={int(PRCTL_DELAY * 1e6)}")
+    fresh = list(fresh) + late
     left = wait_for(lambda: [p for p in fresh if alive(p)], lambda w: not w,
                     limit=2)
     lab.expect(not left, f"{len(left)} workers still running 2 s after the "
@@ -252,7 +284,11 @@ def no_orphans(lab):
                f"{len(set(fresh) - set(workers))} of them replacements): an "
                "orphan holds the port for ever (fork replacements as the "
                "first: spawn_worker(), with PR_SET_PDEATHSIG); watch: kill "
-               "-9 a worker, then the supervisor, then pgrep -x preforked")
+               "-9 a worker, then the supervisor, then pgrep -x preforked; a "
+               "replacement whose prctl(PR_SET_PDEATHSIG) ran after the "
+               "supervisor died (each prctl() delayed "
+               f"{PRCTL_DELAY} s by strace) must see getppid() changed "
+               "and exit)")
 
 
 def alive(pid):
@@ -345,7 +381,7 @@ def fork_order(pid):
               "leaves no zombie, and no dead PID in the pool; nor does it "
               "keep the supervisor from a stop")
 def fork_fails(lab):
-    server, _ = pool(lab)
+    server, _ = pool(lab, FORK_FAIL_POOL)
     workers = fork_order(server.pid)  # slots 0 to 3
     victims = workers[:2]
 
@@ -402,7 +438,8 @@ def fork_fails(lab):
         raise Unmet(f"{stop[0][:150]} (SIGTERM sent while fork() failed "
                     f"with EAGAIN, once the first of {len(live)} workers "
                     "killed at once was reaped): a supervisor that retries a "
-                    "failed fork() (in a loop, or a few times with a pause) "
+                    "failed fork() (in a loop, or once after a pause: 50 ms "
+                    "per empty slot is seconds for a pool this size) "
                     "is deaf to SIGTERM for as long as it retries, for each "
                     "dead slot in turn; leave the slot empty and carry on "
                     "(try it again later from the sigwait loop, with "
