@@ -25,6 +25,10 @@ ATTACKERS = THREADS + 5  # more connections than threads
 BURST = 10  # new clients arriving at once while the pool is under attack
 WIDE = 16  # threads when each attacker is timed (one for each)
 CUT = 11.5  # seconds: the 10 s request limit, and a margin
+TIGHT = 10.6  # seconds: the 10 s request limit when the first byte comes
+#               0.1 s into a second of CLOCK_MONOTONIC (no rounding up)
+BIG_HEAD = (b"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"y" * 8300
+            + b"\r\n\r\n")  # 8.3 KB: over MAX_HEAD (8 KiB), within the buffer
 IDLE_CUT = 7.5  # seconds: the 5 s idle limit, and a margin
 UPTIME_DAYS = 50  # CLOCK_MONOTONIC this far ahead: its ms pass 2^31 and 2^32
 WALL_STEP = 3600  # seconds the wall clock (CLOCK_REALTIME) steps ahead
@@ -307,22 +311,24 @@ def attack_plan(start):
     plans = []
     for k in range(3):
         t0 = start + 2 * k
-        plans.append(("a byte a second (staggered)", CUT,
+        plans.append(("a byte a second (staggered)", TIGHT,
                       [(t0 + i, ENDLESS_HEAD[i:i + 1]) for i in range(30)]))
-        plans.append(("pipelined, then 9 s, then a byte a second", CUT,
+        plans.append(("pipelined, then 9 s, then a byte a second", TIGHT,
                       [(start, ask + ask[:16])] +
                       [(start + 9 + i, b"X") for i in range(20)]))
         plans.append(("Expect: 100-continue, head over 7 s, body a byte a "
-                      "second", CUT,
+                      "second", TIGHT,
                       [(start + i, expect[len(expect) * i // 8:
                                           len(expect) * (i + 1) // 8])
                        for i in range(8)] +
                       [(start + 8 + i, b"x") for i in range(20)]))
-        plans.append(("a byte every 9 s", CUT,
+        plans.append(("a byte every 9 s", TIGHT,
                       [(start + 9 * i, ENDLESS_HEAD[i:i + 1])
                        for i in range(4)]))
-    plans.append(("a blank line (CR LF) every 2 s", CUT,
+    plans.append(("a blank line (CR LF) every 2 s", TIGHT,
                   [(start + 2 * i, b"\r\n") for i in range(10)]))
+    plans.append(("a head of 8.3 KB, over MAX_HEAD, sent at once", CUT,
+                  [(start, BIG_HEAD)]))
     plans.append(("a keep-alive request answered, then silence", IDLE_CUT,
                   [(start, ask)]))
     return plans
@@ -376,6 +382,21 @@ def held_for(port, plans, limit, heard=None):
     return [closed.get(k) for k in range(len(plans))]
 
 
+def statuses(data):
+    """The status lines of the responses in data, one after another (by
+    their Content-Length); what is left, if anything, as it came."""
+    lines = []
+    while data:
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        if not sep:
+            lines.append(data[:40])
+            break
+        lines.append(head.split(b"\r\n")[0][:40])
+        length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+        data = rest[int(length[1]) if length else 0:]
+    return lines
+
+
 def after_answer(data):
     """What came after the first whole response in data (by its
     Content-Length)."""
@@ -384,13 +405,16 @@ def after_answer(data):
     return rest[int(length[1]) if length else 0:]
 
 
-@grader.check(15, f"attackers of every shape: each cut within {CUT} s of "
-              "its request's first byte; an idle keep-alive client within "
+@grader.check(15, f"attackers of every shape: each cut within {TIGHT} s of "
+              "its request's first byte, with one 408 or nothing; an 8.3 KB "
+              f"head answered 431; an idle keep-alive client within "
               f"{IDLE_CUT} s, silently")
 def every_attacker_cut(lab):
     server = lab.start(env={"ZEROHTTPD_THREADS": str(WIDE)})
     get(server.port, "/")
-    plans = attack_plan(time.monotonic() + 0.5)
+    start = time.monotonic() + 0.5  # 0.1 s into a second: a deadline in
+    plans = attack_plan(start + (0.1 - start % 1) % 1)  # whole seconds
+    # rounded up would cut 10.9 s after the first byte
     heard = []
     held = held_for(server.port, [plan for _, _, plan in plans], CUT + 2,
                     heard)
@@ -403,6 +427,35 @@ def every_attacker_cut(lab):
                "request left count as arrived, blank lines too), once, for "
                "this request alone, body and 100 Continue included; before "
                "a request begins, first or keep-alive, the 5 s idle limit")
+    big = statuses(heard[-2])
+    lab.expect(len(big) == 1 and big[0].startswith(b"HTTP/1.1 431 "),
+               "a request head of 8.3 KB sent at once (over MAX_HEAD, "
+               "within CONN_BUF_SIZE) was answered "
+               + (repr(big) if big else "nothing (closed)") + ", not one "
+               "431: reading at most MAX_HEAD bytes into the buffer? Room "
+               "is CONN_BUF_SIZE - c->len: a recv() of 0 bytes returns 0, "
+               "read as the client's close, and every request over 8 KiB "
+               "(a big POST, a head for a 431) goes unanswered; watch it: "
+               "curl -H \"X-Pad: $(head -c 8300 /dev/zero | tr '\\0' y)\" "
+               "http://127.0.0.1:8000/")
+    wrong = []
+    for (shape, _, plan), data in zip(plans[:-2], heard):
+        said = statuses(data)
+        while said and said[0].startswith(b"HTTP/1.1 1"):
+            said = said[1:]  # 100 Continue: an interim answer
+        if said[:1] == [b"HTTP/1.1 200 OK"] and plan[0][1].startswith(b"GET"):
+            said = said[1:]  # the pipelined one: its first request answered
+        if said and (len(said) > 1 or not said[0].startswith(
+                b"HTTP/1.1 408 ")):
+            wrong.append(f"{shape}: {said!r}"[:160])
+    lab.expect(not wrong,
+               f"{len(wrong)} requests begun and cut were sent something "
+               "other than one 408 (or nothing): " + "; ".join(wrong[:2])
+               + ": a request timed out gets at most one answer, "
+               "\"HTTP/1.1 408 Request Timeout\": return PARSE_ERROR with "
+               "c->req.status = 408 (serve_connection() answers it, once, "
+               "and closes); not a status left 0, not a 408 of your own as "
+               "well; watch it: printf 'GET / HT' | nc 127.0.0.1 8000 (10 s)")
     more = after_answer(heard[-1])  # the keep-alive client, answered once
     line = more.split(b"\r\n")[0][:40]
     lab.expect(not more,
@@ -415,7 +468,9 @@ def every_attacker_cut(lab):
                "http://127.0.0.1:8000/ http://127.0.0.1:8000/ reuses one "
                "connection, or nc 127.0.0.1 8000, a request, then wait 5 s"
                if more else "")
-    return f"the longest held {max(h for h in held):.1f} s"
+    cut = [h for h, (_, t, _) in zip(held, plans) if t == TIGHT and h]
+    return (f"the longest held {max(h or 0 for h in held):.2f} s; requests "
+            f"cut by {max(cut or [0]):.2f} s")
 
 
 def read_answer(sock):
@@ -542,10 +597,15 @@ def slow_but_legitimate(port, kind):
             if kind == "pause":  # one answered request, then 3 s idle
                 conn.send(ask)
                 conn.read_response()
-            time.sleep(3.0)
+            if kind == "blank":  # a blank line begins it: 10 s, not 5
+                conn.send(b"\r\n")
+            time.sleep(6.0 if kind == "blank" else 3.0)
             conn.send_tolerating_reset(ask)
-            label = ("a second request after 3 s idle" if kind == "pause"
-                     else "a first request 3 s after connecting")
+            label = {"pause": "a second request after 3 s idle",
+                     "blank": "a request 6 s after a blank line (CR LF) "
+                     "sent on connecting (a blank line is a byte: the "
+                     "request has begun, its 10 s run, not the 5 s idle)"
+                     }.get(kind, "a first request 3 s after connecting")
         try:
             status = conn.read_response().status
         except (AssertionError, OSError) as error:
@@ -555,9 +615,9 @@ def slow_but_legitimate(port, kind):
 
 @grader.check(15, "slow but legitimate clients are served: a head sent over "
               "7 s, a first request after 3 s silent, a keep-alive pause of "
-              "3 s")
+              "3 s, a request 6 s after a blank line")
 def slow_clients_served(lab):
-    wrong = slow_clients(lab, ["trickle", "late", "pause"])
+    wrong = slow_clients(lab, ["trickle", "late", "pause", "blank"])
     lab.expect(not wrong,
                "; ".join(wrong) + ": a deadline shorter than the 5 s idle or "
                "the 10 s request limit; watch it with the handout's second "
@@ -576,7 +636,7 @@ def combined_slow_clients(lab):
     path = big_file(lab, max(8 << 20, 2 * wmem))
     wrong = slow_clients(lab, ["idle-trickle", "pipelined", "mid-pause",
                                "keepalive-4s", "nearly-10s",
-                               "nearly-10s-mono", path])
+                               "nearly-10s-mono", path], hangups=True)
     lab.expect(not wrong, "; ".join(wrong))
 
 
@@ -714,9 +774,18 @@ def long_uptime(lab):
                "twice over one connection")
 
 
-def slow_clients(lab, kinds):
-    """Honest slow clients of these kinds at once: what went wrong."""
+def slow_clients(lab, kinds, hangups=False):
+    """Honest slow clients of these kinds at once: what went wrong.
+    hangups: first each pool thread is given a client that sends part of a
+    request and hangs up: nothing of that request may stay behind."""
     server = pool_server(lab)
+    if hangups:
+        quit = idle_clients(server.port, THREADS)
+        for s in quit:
+            s.send(b"GET / HT")
+        time.sleep(0.3)  # each has its thread, and its first byte
+        for s in quit:
+            s.close()
     said = [None] * len(kinds)
 
     def run(k):
@@ -728,6 +797,29 @@ def slow_clients(lab, kinds):
         c.start()
     for c in clients:
         c.join()
+    if hangups:  # over 10 s after them: a new client for every thread
+        later = idle_clients(server.port, THREADS)
+        time.sleep(0.3)  # each has its thread
+        answers = []
+        for s in later:
+            try:
+                s.sendall(b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+                answers.append(read_answer(s)[0])
+            except OSError:
+                answers.append(0)
+            s.close()
+        if any(a != 200 for a in answers):
+            said.append(f"of {THREADS} new clients at once, one for each pool "
+                        f"thread, 11 s after each thread had a client that "
+                        f"sent 'GET / HT' and hung up, "
+                        f"{sum(a != 200 for a in answers)} were not "
+                        "answered (answered: " + ", ".join(
+                            str(a) for a in answers) + "): the first byte's "
+                        "time of that hung-up request kept (per thread, "
+                        "static or __thread) and not reset when the client "
+                        "left: the thread's next client finds its deadline "
+                        "long past; keep the clock in the connection or "
+                        "in read_request(), or reset it on every return")
     return [s for s in said if s]
 
 
