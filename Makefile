@@ -54,10 +54,10 @@ deps:
 # mostly wait on sockets and timeouts), and beside them the labs are graded
 # (tools/lab check, LAB_JOBS gradings at once, any lab's: a verdict that
 # differs is graded again alone); the tests marked serial run alone after.
-# From a fresh clone on 2026-11-27 (2 cores): 1,099 s and 1,265 s in all,
-# the parallel tests 615-662 s beside the labs' 1,065-1,158 s (439 wrong
-# and 61 right answers), the CPUs about 80% busy; one after the other it
-# took 1,410 s.
+# From a fresh clone on 2026-11-27 (2 cores): 1,473 s in all, the parallel
+# tests 685 s beside the labs' 1,383 s (581 wrong and 83 right answers;
+# their gradings 1,424 CPU-s, 546 of them builds: labs/work/check-times.tsv),
+# the CPUs 73% busy (with 439 and 61 answers: 1,099-1,265 s).
 TEST_JOBS ?= 8
 LAB_JOBS  ?= 8
 PYTEST = "$$(tools/python pytest httplint xdist)" -m pytest tests/
