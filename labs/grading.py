@@ -346,24 +346,50 @@ def _strace(pid, syscalls, during, *options):
     wrote. A tracer that cannot attach (ptrace not permitted) says so."""
     out = tempfile.NamedTemporaryFile(suffix=".strace", delete=False)
     out.close()
-    tracer = subprocess.Popen(
-        ["strace", *options, "-q", "-o", out.name, "-e",
-         "trace=" + ",".join(syscalls), "-p", str(pid)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True)
+    tracer = attach_strace(pid, *options, "-q", "-o", out.name, "-e",
+                           "trace=" + ",".join(syscalls))
     try:
-        time.sleep(seconds(0.5))  # attached to every thread by now
-        if tracer.poll() is not None:  # e.g. ptrace not permitted
-            raise RuntimeError("strace could not attach: "
-                               + tracer.stderr.read().strip()[:200])
         during()
     finally:
-        tracer.send_signal(2)  # SIGINT: detach and write the table
-        tracer.wait(timeout=seconds(10))
-        tracer.stderr.close()
+        detach_strace(tracer)
     text = Path(out.name).read_text()
     os.unlink(out.name)
     return text
+
+
+def attach_strace(pid, *args):
+    """strace args -p pid, returned once it traces every thread of pid
+    (a fixed sleep missed the first calls on a busy machine)."""
+    tracer = subprocess.Popen(
+        ["strace", *args, "-p", str(pid)], stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + seconds(20)
+    while not traced_by(pid, tracer.pid):
+        if tracer.poll() is not None:  # e.g. ptrace not permitted
+            raise RuntimeError("strace could not attach: "
+                               + tracer.stderr.read().strip()[:200])
+        if time.monotonic() > deadline:
+            detach_strace(tracer)
+            raise RuntimeError(f"strace did not attach to {pid} within "
+                               f"{seconds(20):.0f} s")
+        time.sleep(0.02)
+    return tracer
+
+
+def detach_strace(tracer):
+    """SIGINT: strace detaches and writes its table (-c)."""
+    tracer.send_signal(2)
+    tracer.wait(timeout=seconds(60))
+    tracer.stderr.close()
+
+
+def traced_by(pid, tracer):
+    """Whether every thread of pid is traced by the process tracer."""
+    try:
+        return all(f"TracerPid:\t{tracer}\n" in (task / "status").read_text()
+                   for task in Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:  # a thread ended while listed: look again
+        return False
 
 
 def strace_count(pid, syscalls, during):

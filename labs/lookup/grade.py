@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from grading import (Grader, asking_clients, big_file,  # labs/grading.py
-                     build, build_reference, cpu_seconds, death,
-                     descriptors, failing, get,
+from grading import (Grader, asking_clients, attach_strace,  # labs/grading.py
+                     big_file, build, build_reference, cpu_seconds, death,
+                     descriptors, detach_strace, failing, get,
                      keepalive_load, kept_clients, raise_open_file_limit,
                      seconds, stopped, strace_calls, user_ticks,
                      wait_for)
@@ -339,21 +339,12 @@ def polls_late(pid, late):
     for the with-block, which gets a function: the poll() calls so far."""
     out = tempfile.NamedTemporaryFile(suffix=".strace", delete=False)
     out.close()
-    tracer = subprocess.Popen(
-        ["strace", "-q", "-o", out.name, "-e", "trace=poll", "-e",
-         f"inject=poll:delay_enter={int(late * 1e6)}", "-p", str(pid)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True)
+    tracer = attach_strace(pid, "-q", "-o", out.name, "-e", "trace=poll",
+                           "-e", f"inject=poll:delay_enter={int(late * 1e6)}")
     try:
-        time.sleep(seconds(0.5))  # attached by now
-        if tracer.poll() is not None:
-            raise RuntimeError("strace could not attach: "
-                               + tracer.stderr.read().strip()[:200])
         yield lambda: Path(out.name).read_text().count("poll(")
     finally:
-        tracer.send_signal(2)
-        tracer.wait(timeout=seconds(10))
-        tracer.stderr.close()
+        detach_strace(tracer)
         os.unlink(out.name)
 
 
