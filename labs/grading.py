@@ -364,7 +364,7 @@ def attach_strace(pid, *args):
         ["strace", *args, "-p", str(pid)], stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + seconds(20)
-    while not traced_by(pid, tracer.pid):
+    while not traced_by(pid, tracer.pid, every_thread="-f" in args):
         if tracer.poll() is not None:  # e.g. ptrace not permitted
             raise RuntimeError("strace could not attach: "
                                + tracer.stderr.read().strip()[:200])
@@ -383,11 +383,15 @@ def detach_strace(tracer):
     tracer.stderr.close()
 
 
-def traced_by(pid, tracer):
-    """Whether every thread of pid is traced by the process tracer."""
+def traced_by(pid, tracer, every_thread):
+    """Whether pid (a process, or one thread: strace -p TID without -f
+    traces that thread alone) is traced by the process tracer; with
+    every_thread, each of its process's threads (strace -f)."""
     try:
+        tasks = (list(Path(f"/proc/{pid}/task").iterdir()) if every_thread
+                 else [Path(f"/proc/{pid}")])
         return all(f"TracerPid:\t{tracer}\n" in (task / "status").read_text()
-                   for task in Path(f"/proc/{pid}/task").iterdir())
+                   for task in tasks)
     except FileNotFoundError:  # a thread ended while listed: look again
         return False
 
