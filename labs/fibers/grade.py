@@ -81,8 +81,10 @@ def mappings(pid):
 def stacks_seen(pid):
     """Every guarded stack (an anonymous rw-p mapping right above a
     one-page ---p one): [(size KiB, resident KiB, its guard's resident KiB,
-    whether its lowest page is resident)], from /proc/PID/smaps and, for
-    the lowest page, /proc/PID/pagemap (bit 63: present)."""
+    whether its lowest page is resident, whether its top page was ever
+    touched)], from /proc/PID/smaps and, for the lowest and top pages,
+    /proc/PID/pagemap (bit 63: present; bit 62: swapped out, for the top
+    page: touched all the same)."""
     page = resource.getpagesize()
     maps = smaps(pid)  # [start, end, perms, anonymous, rss KiB]
     found = []
@@ -93,8 +95,10 @@ def stacks_seen(pid):
                     and guard[1] == start and guard[1] - guard[0] == page):
                 pagemap.seek(start // page * 8)
                 entry = int.from_bytes(pagemap.read(8), "little")
+                pagemap.seek((end - page) // page * 8)
+                top = int.from_bytes(pagemap.read(8), "little")
                 found.append(((end - start) // 1024, rss, guard[4],
-                              bool(entry >> 63 & 1)))
+                              bool(entry >> 63 & 1), bool(top >> 62 & 3)))
     return found
 
 
@@ -554,9 +558,11 @@ def touched_only(lab):
     page_kib = resource.getpagesize() // 1024
     reference, _, base, _, _ = at_rest(
         lab, build_reference("10_fibers", lab.workdir))
-    shallow = max(rss for _, rss, _, _ in silent_stacks(reference, base))
+    quiet = silent_stacks(reference, base)
+    shallow = max(rss for _, rss, *_ in quiet)
+    topless = sum(not top for *_, top in quiet)  # the reference's: none
     held, _ = open_clients(reference.port, 50)
-    deepest = max(rss for _, rss, _, _ in stacks_seen(reference.pid))
+    deepest = max(rss for _, rss, *_ in stacks_seen(reference.pid))
     for c in held:
         c.close()
     reference.stop()
@@ -565,7 +571,7 @@ def touched_only(lab):
     # No page more than the reference's: its silent fibers use well under
     # 1 KiB of their top page (its acceptor 3.3 KiB), so a frame laid out
     # a little lower still fits; a prefault of two pages does not.
-    bottom = sum(low for _, _, _, low in silent)
+    bottom = sum(low for _, _, _, low, _ in silent)
     lab.expect(not bottom, f"{bottom} of {len(silent)} stacks have their "
                f"lowest page resident while {SILENT} silent clients are "
                "connected, each fiber in its first read (it has used a "
@@ -573,7 +579,7 @@ def touched_only(lab):
                "bottom of the stack (a canary?), and each pays a page for "
                "it; write only the frame the switch pops; watch "
                "/proc/PID/pagemap at the stack's start")
-    deep = sum(rss > shallow for _, rss, _, _ in silent)
+    deep = sum(rss > shallow for _, rss, *_ in silent)
     lab.expect(not deep, f"{deep} of {len(silent)} stacks have more than "
                f"{shallow} KiB resident while {SILENT} silent clients are "
                "connected, each fiber in its first read (the reference's: "
@@ -582,27 +588,44 @@ def touched_only(lab):
                "backed all the same; write only the frame the switch pops; "
                "watch Rss of each stack in /proc/PID/smaps under a few "
                "`nc 127.0.0.1 8000` left silent")
+    # The frame the switch pops is written at the top of the rw-p mapping
+    # above the guard: its top page is touched first, whatever else is. A
+    # stack handed to context_init() from lower down (from the guard, the
+    # mapping's start, not map + page) starts its fiber a page or more
+    # below that top: never touched, that much less stack above the guard.
+    untouched = sum(not top for *_, top in silent)
+    lab.expect(untouched <= topless, f"{untouched} of {len(silent)} "
+               f"stacks have never touched their top page while {SILENT} "
+               "silent clients are connected, each fiber in its first read "
+               f"(the reference's: {topless} of {len(quiet)}; its first "
+               "frame is in its top page): the fiber starts below the top "
+               "of the rw-p mapping above its guard, and that much of the "
+               "stack is never used (a deep call faults on the guard a "
+               "page or more short of FIBER_STACK); the stack "
+               "context_init() is given starts right above the guard, "
+               "f->map + page, and ends at the mapping's end; watch "
+               "/proc/PID/pagemap at each stack's top page")
     before = status_field(server.pid, "VmRSS")
     clients, answered = open_clients(server.port, IDLE)
     each = (status_field(server.pid, "VmRSS") - before) / IDLE
     stacks = stacks_seen(server.pid)
     for c in clients:
         c.close()
-    deep = sum(rss > deepest + page_kib for _, rss, _, _ in stacks)
+    deep = sum(rss > deepest + page_kib for _, rss, *_ in stacks)
     lab.expect(not deep, f"{deep} of {len(stacks)} stacks under {IDLE} kept "
                f"clients have more than {deepest + page_kib} KiB resident "
                f"(the reference's deepest stack, {deepest} KiB, and a page): "
                "a stack written (prefaulted?) below what the fiber uses is "
                "backed all the same; write only the frame the switch pops; "
                "watch Rss of each stack in /proc/PID/smaps")
-    bottom = sum(low for _, _, _, low in stacks)
+    bottom = sum(low for _, _, _, low, _ in stacks)
     lab.expect(not bottom, f"{bottom} of {len(stacks)} stacks under {IDLE} "
                "kept clients have their lowest page resident (a fiber "
                "serving / uses the top few KiB): something wrote at the "
                "bottom of the stack (a canary?), and each pays a page for "
                "it; write only the frame the switch pops; watch "
                "/proc/PID/pagemap at the stack's start")
-    guards = sum(rss > 0 for _, _, rss, _ in stacks)
+    guards = sum(rss > 0 for _, _, rss, *_ in stacks)
     lab.expect(not guards, f"{guards} of {len(stacks)} guard pages under "
                f"{IDLE} kept clients are resident: a guard written before "
                "it was protected (a memset, a pattern?) keeps its page; "
