@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from grading import (Grader, Unmet, _strace, ab_ok, ab_said,  # labs/grading.py
-                     code_only, connections, death, descriptors,
-                     function_body, get, keepalive_load, kept_clients,
+                     asking_clients, code_only, connections, death,
+                     descriptors, function_body, get, keepalive_load, kept_clients,
                      raise_open_file_limit, seconds, source_text, stopped,
                      strace_calls, strace_count, wait_for)
 
@@ -35,6 +35,15 @@ SHARE = 0.1  # enters that only submit, of all enters; batched: none
 LOADS = [("/", REQUESTS, 50), ("/guestbook", 2000, 50), ("/", 10000, 1000),
          ("/", 2000, -50), ("/guestbook", 300, 1)]
 POSTS = (4, 50)  # rounds of 50 POSTs at once with Expect: 100-continue
+# Turns that come rarely under a steady load, each of which must still cost
+# one enter: Redis drops the server's link (CLIENT KILL) and the next
+# guestbook request reconnects, RECONNECTS times; and a server limited to
+# NOFILE descriptors meets SHED clients at once, so that its multishot
+# accept ends (EMFILE) and is armed again, client after client. There no
+# enter may only submit, unless it hands over a full ring.
+RECONNECTS = 5
+NOFILE = 64  # the server's descriptor limit for the shedding
+SHED = 150  # clients at once: more than NOFILE
 RING = 4096  # the reference's submission queue: RING_ENTRIES
 SETUP_FLAGS = 0x3008  # the reference's: CQSIZE | SINGLE_ISSUER | DEFER_TASKRUN
 CROWD = 5000  # idle clients timed out in one loop turn: more than RING
@@ -60,14 +69,15 @@ WATCH = ("watch it: strace -f -e trace=io_uring_enter -p $(pgrep -x "
 grader = Grader("batching")
 
 
-def ring_server(lab):
+def ring_server(lab, nofile=None):
     """The server, refused if io_uring is not available, if its ring has
     an SQPOLL thread (a kernel thread that submits instead of the loop), or
     if it was set up with flags other than the reference's (strace follows
     the grader's fork of the server to see io_uring_setup)."""
     started = []
     setup = _strace(os.getpid(), ["io_uring_setup"],
-                    lambda: started.append(lab.start()), "-f", "-X", "raw")
+                    lambda: started.append(lab.start(nofile=nofile)), "-f",
+                    "-X", "raw")
     server = started[0]
     reason = lab.binary.unavailable()
     lab.expect(reason is None, f"io_uring is not available here: {reason}")
@@ -171,7 +181,9 @@ def batched(lab):
 @grader.check(25, "one io_uring_enter per loop turn, the one that submits "
               f"and waits: at most {SHARE:.0%} of enters only submit, for "
               "pages, the guestbook, 1,000 clients at once, one client "
-              "alone, and POSTs that expect 100 Continue")
+              "alone, and POSTs that expect 100 Continue; none (but a full "
+              "ring's) as Redis reconnects, or accept is armed again after "
+              "a shed client")
 def one_enter_per_turn(lab):
     raise_open_file_limit()  # ab's 1,000 connections, and the server's
     server = ring_server(lab)
@@ -213,7 +225,86 @@ def one_enter_per_turn(lab):
                    f"entries each on average: an enter more per turn; "
                    + watch)
         seen.append(f"{extra} of {len(args)}")
+    # The rare turns: no enter there may only submit (but a full ring's).
+    calls = strace_calls(server.pid, "io_uring_enter",
+                         lambda: reconnects(lab, server.port))
+    seen.append(f"{rare_extra(lab, calls, 'reconnects')} of {len(calls)}")
+    shedder = ring_server(lab, nofile=NOFILE)
+    calls = strace_calls(shedder.pid, "io_uring_enter",
+                         lambda: shed(lab, shedder.port))
+    seen.append(f"{rare_extra(lab, calls, 'shedding')} of {len(calls)}")
     return f"enters that only submitted: {', '.join(seen)}"
+
+
+def rare_extra(lab, calls, what):
+    """0, the enters that only submitted (min_complete 0) without handing
+    over a full ring; else Unmet, saying what, how many and with what."""
+    args = [call.split(", ") for call in calls if call.count(", ") > 2]
+    extra = [a[1] for a in args if a[2] == "0" and a[1] != str(RING)]
+    said = {"reconnects": (
+        f"Redis dropped the server's link {RECONNECTS} times (CLIENT KILL "
+        "TYPE normal), each time a GET /guestbook reconnected",
+        "queue the CONNECT (and the cancel of a failed link) like any "
+        "entry: the turn's one enter hands it over; watch it: redis-cli "
+        "CLIENT KILL TYPE normal, then curl .../guestbook"),
+        "shedding": (
+        f"{SHED} clients at once at a server limited to {NOFILE} "
+        "descriptors (ulimit -n), so that its multishot accept ends "
+        "(EMFILE) and is armed again after each client shed",
+        "arm the accept like any entry: the turn's one enter hands it "
+        f"over; watch it: ulimit -n {NOFILE}; ./io_uring 8000, then ab "
+        "-r -k -c 120 -n 3000 http://127.0.0.1:8000/")}[what]
+    lab.expect(not extra, f"{said[0]}: {len(extra)} of {len(args)} "
+               "io_uring_enter calls only submitted (min_complete 0), with "
+               f"{', '.join(extra[:3])} entries: an enter more in that turn "
+               "(a turn that comes rarely still makes one enter, the one "
+               f"that submits and waits); {said[1]}")
+    return 0
+
+
+def reconnects(lab, port):
+    """RECONNECTS times: Redis drops every client's link (the server's
+    too), then GET /guestbook until it is answered 200 (the server saw the
+    link go, waited out its backoff, connected again)."""
+    for n in range(RECONNECTS):
+        killed = lab.redis.command("CLIENT", "KILL", "TYPE", "normal")
+        lab.expect(killed, "CLIENT KILL TYPE normal found no client of "
+                   "Redis: the server was not connected to it")
+        status = wait_for(lambda: status_of(port, "/guestbook"),
+                          lambda s: s == 200, limit=10)
+        lab.expect(status == 200, f"GET /guestbook answered {status}, not "
+                   f"200, 10 s after Redis dropped the server's link (drop "
+                   f"{n + 1} of {RECONNECTS}): the server must connect again")
+
+
+def status_of(port, path):
+    """The status of one GET of path (0: no answer, a reset), after a
+    pause of 0.05 s (wait_for polls it)."""
+    time.sleep(0.05)
+    try:
+        return get(port, path)[0]
+    except OSError:
+        return 0
+
+
+def shed(lab, port):
+    """SHED clients at once, each asking: the server (NOFILE descriptors)
+    answers some and sheds the rest; each must be answered or closed
+    within 10 s, and the server serves again once they leave."""
+    socks = asking_clients(port, SHED, ASK)
+    try:
+        got = responses(socks, 10)
+    finally:
+        for s in socks:
+            s.close()
+    hanging = sum(1 for r in got if r is not None and not complete(r))
+    lab.expect(not hanging, f"{hanging} of {SHED} clients at a server "
+               f"limited to {NOFILE} descriptors neither answered nor "
+               "closed within 10 s")
+    status = wait_for(lambda: status_of(port, "/"), lambda s: s == 200,
+                      limit=10)
+    lab.expect(status == 200, f"GET / answered {status} once the {SHED} "
+               f"clients at a server limited to {NOFILE} descriptors left")
 
 
 def ab_load(lab, port, path, requests, concurrency):
