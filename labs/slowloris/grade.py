@@ -34,6 +34,7 @@ UPTIME_DAYS = 50  # CLOCK_MONOTONIC this far ahead: its ms pass 2^31 and 2^32
 WALL_STEP = 3600  # seconds the wall clock (CLOCK_REALTIME) steps ahead
 RUNNABLE = 2.0  # pool threads runnable at once, on average, while idle
 WAKEUPS = 200  # context switches of the whole server in that idle second
+BEGUN = b"GET / HT"  # a request begun, then nothing: its wait is watched too
 WATCH = (f"watch it: ZEROHTTPD_THREADS={THREADS} ./prethreaded 8000, the "
          f"handout's {ATTACKERS} idle sockets, then time curl "
          "http://127.0.0.1:8000/")
@@ -146,19 +147,14 @@ def closed_twice(traced):
 
 @grader.check(15, f"{ATTACKERS} idle connections against {THREADS} threads: "
               f"{BURST} new clients are served within 8 s; each cut "
-              "connection closed once, silently; idle-held threads asleep")
+              "connection closed once, silently; held threads asleep, idle "
+              "or with a request begun")
 def idle_attack(lab):
     server = pool_server(lab)
     # First THREADS silent connections hold the pool for a second, its
     # threads watched; they leave (the threads see EOF) before the attack.
     quiet = idle_clients(server.port, THREADS)
-    time.sleep(0.3)  # each has its thread
-    cpu, woke = cpu_seconds(server.pid), context_switches(server.pid)
-    running = runnable_threads(server.pid, seconds(1))
-    cpu = cpu_seconds(server.pid) - cpu
-    woke = context_switches(server.pid) - woke
-    for s in quiet:
-        s.close()
+    running, woke, cpu = pool_asleep(server, quiet)
     lab.expect(running < RUNNABLE and woke <= WAKEUPS * seconds(1),
                f"while {THREADS} connections that send nothing held the "
                f"pool for {seconds(1):.0f} s, {running:.1f} of its threads "
@@ -175,6 +171,26 @@ def idle_attack(lab):
                "deadline; watch it: top -H -p PID, or grep ctxt "
                "/proc/PID/task/*/status twice a second apart, during the "
                "handout's first block")
+    # Then THREADS that have begun a request ('GET / HT') and stopped: the
+    # wait for the rest of a request is a wait too, under its 10 s.
+    time.sleep(0.5)  # every thread back in accept()
+    begun = idle_clients(server.port, THREADS)
+    for s in begun:
+        s.send(BEGUN)
+    b_running, b_woke, b_cpu = pool_asleep(server, begun)
+    lab.expect(b_running < RUNNABLE and b_woke <= WAKEUPS * seconds(1),
+               f"while {THREADS} connections that had sent {BEGUN!r} (a "
+               f"request begun) held the pool for {seconds(1):.0f} s, "
+               f"{b_running:.1f} of its threads were runnable at once on "
+               f"average (at most {RUNNABLE:.0f}) and they were switched "
+               f"out {b_woke} times (at most {WAKEUPS}), using {b_cpu:.2f} "
+               "s of CPU (while they were idle: "
+               f"{running:.1f} runnable, {woke} switches): the wait for the "
+               "rest of a request begun spins (recv() with MSG_DONTWAIT, "
+               "and the clock again) or naps? It is a wait like the idle "
+               "one: asleep in poll() (wait_readable) until the request's "
+               "deadline; watch it: top -H -p PID while 8 clients each "
+               "send 'GET / HT' and stop")
     time.sleep(0.5)  # every thread back in accept()
     attackers = idle_clients(server.port, ATTACKERS)
     took, heard = [], []
@@ -207,7 +223,8 @@ def idle_attack(lab):
                "its next request just then as the answer to it; watch it: "
                "nc 127.0.0.1 8000 and wait 5 s")
     return (f"served after {took:.1f} s; {woke} context switches while "
-            f"{THREADS} idle clients were held")
+            f"{THREADS} idle clients were held, {b_woke} while {THREADS} "
+            "begun requests were")
 
 
 def context_switches(pid):
@@ -241,6 +258,20 @@ def runnable_threads(pid, span):
         counts.append(running)
         time.sleep(0.05)
     return sum(counts) / len(counts)
+
+
+def pool_asleep(server, clients):
+    """While `clients` (one for each pool thread) hold the pool, for a
+    second: (the threads runnable at once on average, the context switches
+    of the whole server, its CPU seconds); then the clients close."""
+    time.sleep(0.3)  # each has its thread
+    cpu, woke = cpu_seconds(server.pid), context_switches(server.pid)
+    running = runnable_threads(server.pid, seconds(1))
+    cpu = cpu_seconds(server.pid) - cpu
+    woke = context_switches(server.pid) - woke
+    for s in clients:
+        s.close()
+    return running, woke, cpu
 
 
 @grader.check(15, f"{ATTACKERS} connections sending a byte a second: "
