@@ -8,11 +8,14 @@ unlike the first workers (a different signal mask, or one that does not
 serve), a supervisor that blocks (it never takes SIGTERM), and one that
 loses a death: behind a stopped worker, during a fork, behind a failed
 fork, when its replacement fails as it starts, or on its way back to its
-wait. Counts, never speeds; every wait is generous, but a supervisor never
-sleeps: SIGTERM is taken within 1 s while fork() fails or workers fail as
-they start, and a failed fork is not retried in a near-spin."""
+wait; and one whose memory grows with every death. Counts, never speeds;
+every wait is generous, but a supervisor never sleeps: SIGTERM is taken
+within 1 s while fork() fails or workers fail as they start, a death is
+reaped while fork() fails, and a failed fork is not retried in a
+near-spin."""
 
 import contextlib
+import fcntl
 import os
 import signal
 import socket
@@ -21,7 +24,8 @@ import time
 
 from grading import (Grader, HeldClients, Unmet, _strace,  # labs/
                      cpu_seconds, failing, get, live_children, seconds,
-                     slowed, stopped, wait_for, zombie_children)
+                     slowed, status_field, stopped, wait_for,
+                     zombie_children)
 
 WORKERS = 4
 # A bigger pool, most of it dying at once: more deaths behind one SIGCHLD
@@ -29,6 +33,12 @@ WORKERS = 4
 # be up to 4096, MAX_WORKERS: every dead one must be reaped).
 CROWD = 2200
 DYING = 2100  # more than a fixed batch of 2048 too
+# many_die then makes this many starts fail in a row in one slot (each a
+# SIGCHLD, each a call with n = CROWD): a call that leaks its array of n
+# dead (4 * 2200 bytes) leaks 3.5 MB; the supervisor's data (VmData) may
+# grow by LEAK_SLACK_KB at most (the reference: 0).
+LEAK_STARTS = 400
+LEAK_SLACK_KB = 1024
 CROWD_REFILL = 8  # s for the 2100 forks: 2 s was too few at 8 gradings at
 # once (1,230 of 2,200 back); a cap or batch leaves its dead for ever
 ROUNDS = 8  # generations of replacements, each killed in turn
@@ -48,6 +58,8 @@ WATCH = ("watch: ZEROHTTPD_WORKERS=4 ./preforked 8000 & kill -9 "
 STARTS_FAIL = 15  # replacements in a row that fail as they start (more
 # than a crash-loop guard that gives a slot up after 10 young deaths)
 START_DELAY = 0.15  # s each fork() of the supervisor returns late then
+STARTS_FAIL_RUN = 100  # last, at full speed, this many in a row in one
+# slot (more than a guard that gives a slot up after 20 or 50)
 STARTS_FAIL_MANY = 60  # then, every worker dead, this many fail in a row
 # SIGTERM is taken within this many seconds while fork() fails and while
 # workers fail as they start: a supervisor never sleeps (a pause before a
@@ -67,18 +79,42 @@ PRCTL_DELAY = 1
 FORKS_WHILE_FAILING = 50
 DRAIN_DELAY = 1.5  # s each rt_sigtimedwait() enters late (death_after_reap)
 # A shim (LD_PRELOAD) that makes a worker's prctl(PR_SET_PDEATHSIG) fail
-# once for each file FAIL_STARTS/1, /2, ... that it removes (unlink() is
-# atomic: each file fails exactly one start), so that a worker exits with
-# status 1 right after its fork, as a bad setting or a full system makes it.
+# while the number in the file FAIL_STARTS is above 0, taking one from it
+# each time (under flock(): each count fails exactly one start), so that a
+# worker exits with status 1 right after its fork, as a bad setting or a
+# full system makes it.
 FAIL_STARTS = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <unistd.h>
+static int take_one(const char *path)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC), took = 0;
+    if (fd < 0)
+        return 0;
+    if (flock(fd, LOCK_EX) == 0) {
+        char buf[32];
+        ssize_t got = pread(fd, buf, sizeof buf - 1, 0);
+        long left = 0;
+        if (got > 0) {
+            buf[got] = 0;
+            left = strtol(buf, NULL, 10);
+        }
+        if (left > 0) {
+            int len = snprintf(buf, sizeof buf, "%-20ld\n", left - 1);
+            took = pwrite(fd, buf, (size_t)len, 0) == len;
+        }
+    }
+    close(fd);
+    return took;
+}
 int prctl(int option, ...)
 {
     static int (*real)(int, ...);
@@ -88,22 +124,49 @@ int prctl(int option, ...)
     for (int k = 0; k < 4; k++)
         arg[k] = va_arg(ap, unsigned long);
     va_end(ap);
-    const char *marks = getenv("FAIL_STARTS");
-    if (option == PR_SET_PDEATHSIG && marks) {
-        char path[4096];
-        for (int k = 1; k <= 64; k++) {
-            snprintf(path, sizeof path, "%s/%d", marks, k);
-            if (unlink(path) == 0) {
-                errno = EPERM;
-                return -1;
-            }
-        }
+    const char *count = getenv("FAIL_STARTS");
+    if (option == PR_SET_PDEATHSIG && count && take_one(count)) {
+        errno = EPERM;
+        return -1;
     }
     if (!real)
         real = (int (*)(int, ...))dlsym(RTLD_NEXT, "prctl");
     return real(option, arg[0], arg[1], arg[2], arg[3]);
 }
 """
+
+
+class FailingStarts:
+    """The FAIL_STARTS shim, built in the check's work dir: env for the
+    server; fail(n): the next n starts fail; left(): how many are still to
+    fail."""
+
+    def __init__(self, lab):
+        shim = lab.workdir / "fail_starts.so"
+        source = lab.workdir / "fail_starts.c"
+        source.write_text(FAIL_STARTS)
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
+                        str(source), "-ldl"], check=True, capture_output=True)
+        self.count = lab.workdir / "fail-starts"
+        self.count.write_text(f"{0:<20}\n")
+        self.env = {"LD_PRELOAD": str(shim), "FAIL_STARTS": str(self.count)}
+
+    def _update(self, add):
+        with open(self.count, "r+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            left = int(f.read().strip() or 0)
+            if add:
+                f.seek(0)
+                f.write(f"{left + add:<20}\n")
+            return left + add
+
+    def fail(self, n):
+        self._update(n)
+
+    def left(self):
+        return self._update(0)
+
+
 grader = Grader("supervisor")
 
 
@@ -301,18 +364,44 @@ def alive(pid):
 
 
 @grader.check(10, f"{CROWD} workers, {DYING} of them die at once "
-              f"(one SIGCHLD): all replaced within {CROWD_REFILL} s")
+              f"(one SIGCHLD): all replaced within {CROWD_REFILL} s; "
+              f"{LEAK_STARTS} deaths more, one at a time: its memory does "
+              "not grow")
 def many_die(lab):
-    server, workers = pool(lab, CROWD)
+    starts = FailingStarts(lab)
+    server, workers = pool(lab, CROWD, env=starts.env)
     victims = workers[:DYING]
     with halted(server.pid):  # the deaths pile up; signals do not queue
         for k, victim in enumerate(victims):
             kill([victim], list(DEATHS.values())[k % len(DEATHS)])
         wait_for(lambda: len(zombie_children(server.pid)),
                  lambda n: n >= len(victims), limit=5)
-    refilled(lab, server, victims, f"{len(victims)} of {CROWD} workers died "
-             "while the supervisor could not run (a fixed batch, a cap on "
-             "restarts, or a pause per replacement?)", CROWD, CROWD_REFILL)
+    now = refilled(lab, server, victims, f"{len(victims)} of {CROWD} workers "
+                   "died while the supervisor could not run (a fixed batch, "
+                   "a cap on restarts, or a pause per replacement?)", CROWD,
+                   CROWD_REFILL)
+    # Then one worker is killed and the next LEAK_STARTS starts fail, one
+    # after another in its slot: as many SIGCHLDs, each a call of
+    # replace_workers() with a pool of CROWD. Whatever it takes per call
+    # (malloc() of an array of n dead) must be given back: a supervisor
+    # runs for months.
+    before = status_field(server.pid, "VmData")
+    starts.fail(LEAK_STARTS)
+    kill(now[:1])
+    still = wait_for(starts.left, lambda n: n == 0, limit=10)
+    refilled(lab, server, now[:1], f"SIGKILL to one of {CROWD} workers, "
+             f"whose replacements then failed as they started, "
+             f"{LEAK_STARTS} in a row ({LEAK_STARTS - still} of them "
+             "happened)", CROWD, CROWD_REFILL)
+    grown = status_field(server.pid, "VmData") - before
+    lab.expect(grown <= LEAK_SLACK_KB, f"the supervisor's data grew by "
+               f"{grown} kB (VmData; at most {LEAK_SLACK_KB}) over "
+               f"{LEAK_STARTS} failing starts in a row, each a SIGCHLD, "
+               f"with a pool of {CROWD}: something replace_workers() "
+               "allocates on each call (an array of the dead, malloc()ed "
+               "for n) is never freed, and a supervisor runs for months; "
+               "use a static array, or free() it; watch: grep VmData "
+               "/proc/PID/status while you kill -9 workers")
 
 
 @grader.check(5, "a worker stopped and continued (SIGSTOP, SIGCONT) is not "
@@ -388,12 +477,25 @@ def fork_fails(lab):
     server, _ = pool(lab, FORK_FAIL_POOL)
     workers = fork_order(server.pid)  # slots 0 to 3
     victims = workers[:2]
+    third = workers[2]  # killed once the two are reaped, fork() failing
+    deaf = []
 
     def deaths_while_fork_fails():
         with halted(server.pid):  # both deaths behind one SIGCHLD
             kill(victims)
             wait_for(lambda: len(zombie_children(server.pid)),
                      lambda n: n >= len(victims), limit=5)
+        unreaped = wait_for(lambda: [p for p in victims
+                                     if os.path.exists(f"/proc/{p}")],
+                            lambda left: not left, limit=2)
+        # Its SIGCHLD must be taken while fork() still fails: a supervisor
+        # that retries the failed fork() in a loop (however it waits in
+        # between) leaves it a zombie until fork() works again.
+        kill([third])
+        gone = wait_for(lambda: not os.path.exists(f"/proc/{third}"),
+                        lambda g: g, limit=2)
+        if not gone and not unreaped:
+            deaf.append(len(zombie_children(server.pid)))
         time.sleep(seconds(1))
 
     failing(server.pid, "clone", "EAGAIN", deaths_while_fork_fails)
@@ -403,6 +505,18 @@ def fork_fails(lab):
                "replacement: a failed fork leaves a slot empty (or tried "
                "again later), never ends the server; watch: strace -e "
                "inject=clone:error=EAGAIN -p PID, then kill -9 a worker")
+    if deaf:
+        raise Unmet(f"a worker killed while fork() failed (once the 2 killed "
+                    "before it were reaped, their forks failed) was not "
+                    f"reaped within {seconds(2):.0f} s, fork() still failing "
+                    f"({deaf[0]} zombie(s) then): a supervisor that retries a "
+                    "failed fork() in a loop (every 100 ms in a "
+                    "sigtimedwait() for SIGTERM alone, say) is deaf to "
+                    "SIGCHLD and SIGINT until fork() works again; leave the "
+                    "slot empty and go back to the sigwait() loop; watch: "
+                    "strace -f -e inject=clone:error=EAGAIN -p PID, kill -9 "
+                    "a worker, 1 s later another, then ps -o pid,stat "
+                    "--ppid PID")
     zombies = zombie_children(server.pid)
     lab.expect(not zombies, f"{len(zombies)} zombie workers of "
                f"{len(victims)} that died behind one SIGCHLD while fork() "
@@ -421,7 +535,7 @@ def fork_fails(lab):
     # worker's PID, which by then may be any other process's (watched:
     # strace -e trace=kill).
     live = [p for p in fork_order(server.pid) if alive(p)]  # slot order
-    reaped = list(victims)
+    reaped = list(victims) + [third]
     stop = []
 
     def deaths_then_stop_while_fork_fails():
@@ -582,23 +696,17 @@ def death_during_fork(lab):
 @grader.check(5, f"replacements that fail as they start (exit 1, "
               f"{STARTS_FAIL} in a row) are replaced in turn; with "
               f"{STARTS_FAIL_MANY} failing, SIGTERM still stops it within "
-              f"{STOP_WHILE_FAILING} s")
+              f"{STOP_WHILE_FAILING} s; nor is a slot given up after "
+              f"{STARTS_FAIL_RUN} in a row")
 def fails_at_start(lab):
-    shim, source = lab.workdir / "fail_starts.so", lab.workdir / "fail_starts.c"
-    source.write_text(FAIL_STARTS)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
-                    str(source), "-ldl"], check=True, capture_output=True)
-    marks = lab.workdir / "fail-starts"
-    marks.mkdir()
-    server, workers = pool(lab, env={"LD_PRELOAD": str(shim),
-                                     "FAIL_STARTS": str(marks)})
+    starts = FailingStarts(lab)
+    server, workers = pool(lab, env=starts.env)
     left = []
 
     def failing_starts():
-        for k in range(1, STARTS_FAIL + 1):
-            (marks / str(k)).touch()  # the next STARTS_FAIL starts fail
+        starts.fail(STARTS_FAIL)  # the next STARTS_FAIL starts fail
         kill(workers[:1])
-        left.extend(wait_for(lambda: list(marks.iterdir()), lambda m: not m,
+        left.append(wait_for(starts.left, lambda n: n == 0,
                              limit=2 + STARTS_FAIL * START_DELAY))
 
     # Each fork() of the supervisor returns START_DELAY s late (strace),
@@ -607,7 +715,7 @@ def fails_at_start(lab):
     slowed(server.pid, "clone", seconds(START_DELAY), failing_starts)
     now = refilled(lab, server, workers[:1], f"SIGKILL to one worker, whose "
                    f"replacement then failed as it started "
-                   f"({STARTS_FAIL - len(left)} of the {STARTS_FAIL} failing "
+                   f"({STARTS_FAIL - left[0]} of the {STARTS_FAIL} failing "
                    "starts happened: each exits with status 1 a moment after "
                    "its fork, prctl() having failed): whatever the death, an "
                    "exit with an error or a death at once, the slot is "
@@ -617,15 +725,16 @@ def fails_at_start(lab):
     # Then every worker dies, and each replacement fails as it starts,
     # STARTS_FAIL_MANY in a row: the supervisor must still take SIGTERM at
     # once, not after a pause per failed start.
-    for k in range(1, STARTS_FAIL_MANY + 1):
-        (marks / str(k)).touch()
-    kill(list(now))
+    starts.fail(STARTS_FAIL_MANY)
+    for pid in now:  # (one may be a failing start, gone since)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     time.sleep(seconds(0.3))
     started = time.monotonic()
     try:
         server.terminate(timeout=seconds(STOP_WHILE_FAILING))
     except AssertionError:
-        left = len(list(marks.iterdir()))
+        left = starts.left()
         server.cleanup()  # SIGKILL it and its workers now
         raise Unmet(f"still running {seconds(STOP_WHILE_FAILING):.0f} s "
                     f"after SIGTERM, sent 0.3 s after all {WORKERS} workers "
@@ -645,6 +754,22 @@ def fails_at_start(lab):
     except AssertionError as error:
         raise Unmet(f"no clean stop after failing starts ({took:.1f} s): "
                     f"{str(error)[:200]}") from None
+    # Last, on a fresh server: one worker is killed and the next
+    # STARTS_FAIL_RUN starts fail, at full speed: its slot sees that many
+    # young deaths in a row, and must still be refilled (a crash-loop guard
+    # that gives a slot up after 20, 50 or 100 shrinks the pool for good).
+    starts.fail(-starts.left())  # what the stop above left unused
+    server, workers = pool(lab, env=starts.env)
+    starts.fail(STARTS_FAIL_RUN)
+    kill(workers[:1])
+    still = wait_for(starts.left, lambda n: n == 0, limit=5)
+    refilled(lab, server, workers[:1], f"SIGKILL to one worker, whose "
+             f"replacements then failed as they started, {STARTS_FAIL_RUN} "
+             f"in a row ({STARTS_FAIL_RUN - still} of them happened): a slot "
+             "is never given up, however many young deaths in a row (a "
+             "crash-loop guard that stops refilling shrinks the pool for "
+             "good); watch: strace -f -e inject=prctl:error=EPERM -p PID for "
+             "2 s while you kill -9 a worker, then ps -o pid,stat --ppid PID")
 
 
 @grader.check(5, "SIGINT (Ctrl-C) stops it as SIGTERM does")
