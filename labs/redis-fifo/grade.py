@@ -8,8 +8,10 @@ too short (a Redis that pauses briefly costs pages it should have served),
 it hammers a dead Redis (a connect per page instead of a backoff), or it
 opens a link per command. Timings have wide margins; counts are exact."""
 
+import ctypes
 import os
 import re
+import select
 import selectors
 import signal
 import socket
@@ -27,6 +29,7 @@ from grading import (HEAP_BLOCKS, Grader, _strace, ab_said,  # labs/grading.py
 STATIC_LIMIT = 0.3  # seconds for a static page while Redis is stalled
 CONNECT_LIMIT = 0.07  # seconds for a static page read in the same loop
 # turn as a page that starts a connect that hangs (the reference: ms)
+RECONNECT_TRIES = 10  # pages, 0.2 s apart, until one connects again (strace)
 WAITERS = 3  # guestbook requests parked on the stalled Redis
 REPLY_LIMIT = 2.0  # seconds a page may wait on a stalled Redis (it has 1 s)
 STREAM = 15  # pages arriving on a stalled Redis, one every STREAM_EVERY s
@@ -48,6 +51,7 @@ BLOCK_SLACK = 10  # heap blocks (malloc less free) a burst may leave
 SENDS = 1.5  # send() calls per guestbook page: its answer, and a share of
 # the one send a loop turn makes to Redis for every command queued in it
 TOGETHER = 20  # pages arriving in one loop turn: one send to Redis for all
+CROSSINGS = 3  # times a page's reply, then a new page, come in one turn
 FIFO_SLOTS = 64  # FIFO_INITIAL: a FIFO that cannot grow holds this many
 AT_ONCE_PAGES = 200  # guestbook pages at once: more waiters than that
 PAUSE_PAGES = 1500  # pages waiting out a pause: more than MAX_EVENTS (1,024)
@@ -77,6 +81,8 @@ assert NO_GROWTH != HEAP_BLOCKS
 PAGE = b"GET /guestbook HTTP/1.0\r\n\r\n"
 STALL_HOW = ("watch it: redis-cli CLIENT PAUSE 3000, then curl -w "
              "'%{time_total}\\n' http://127.0.0.1:8000/guestbook")
+LIBC = ctypes.CDLL(None, use_errno=True)
+PIDFD_GETFD = 438  # the syscall: a copy of another process's descriptor
 grader = Grader("redis-fifo")
 
 
@@ -417,9 +423,50 @@ def backoff_recovers(lab):
                "again, then curl every 1.2 s")
 
 
+WAITING = ("poll", "ppoll", "select", "pselect6", "nanosleep",
+           "clock_nanosleep", "epoll_create", "epoll_create1", "epoll_wait",
+           "epoll_pwait")  # calls that can make the loop wait (with strace)
+LOOP_WAITS = ("epoll_wait(", "epoll_pwait(", "restart_syscall(")
+
+
+def waits_on_connect(text, port):
+    """From strace's lines of the server's connect() and of the calls that
+    can wait (WAITING): the first one that waits (a timeout other than 0,
+    a sleep, an epoll of its own) between the connect to Redis (port) and
+    the loop's next epoll_wait, None if none does (or no connect)."""
+    lines = text.splitlines()
+    epfds = [m[1] for m in (re.match(r"epoll_p?wait\((\d+),", line)
+                            for line in lines) if m]
+    loop_fd = max(set(epfds), key=epfds.count) if epfds else None
+    after = False
+    for line in lines:
+        if line.startswith("connect(") and f"htons({port})" in line:
+            after = True
+            continue
+        if not after:
+            continue
+        found = re.match(r"epoll_p?wait\((\d+),", line)
+        if line.startswith(LOOP_WAITS) and (not found or found[1] == loop_fd):
+            after = False  # the loop's next turn
+            continue
+        name = line.split("(", 1)[0]
+        if name not in WAITING or "<unfinished" in line:
+            continue
+        if name in ("poll", "epoll_wait", "epoll_pwait"):
+            timeout = re.search(r", (-?\d+)(?:, [^,]*)?\)\s+=", line)
+            if timeout and timeout[1] == "0":
+                continue
+        elif name in ("ppoll", "select", "pselect6"):
+            if re.search(r"\{tv_sec=0, tv_u?n?sec=0\}", line):
+                continue
+        return line.strip()[:120]
+    return None
+
+
 @grader.check(10, "a connect to Redis that hangs (its SYNs unanswered) "
               f"blocks nothing: a static page in the same turn answered "
-              f"within {CONNECT_LIMIT} s, the page 503 in 3 s")
+              f"within {CONNECT_LIMIT} s, the page 503 in 3 s, and no wait "
+              "on the connect (strace)")
 def connect_never_blocks(lab):
     lab.redis.stop()
     holder = socket.socket()  # a port whose accept queue is full: the
@@ -466,10 +513,26 @@ def connect_never_blocks(lab):
                    f"that hangs was answered {got or 'nothing'} within "
                    f"{REPLY_LIMIT + 1:.0f} s: the connect has the reply "
                    "deadline too")
+        waited = None
+        for _ in range(RECONNECT_TRIES):  # once the backoff (100 ms) is over
+            trace = _strace(server.pid, ["connect", *WAITING], lambda: (
+                answer_times(server.port, 1, 0, limit=REPLY_LIMIT + 1)))
+            if f"htons({lab.redis.port})" in trace:
+                waited = waits_on_connect(trace, lab.redis.port)
+                break
+            time.sleep(0.2)
     finally:
         for f in fillers:
             f.close()
         holder.close()
+    lab.expect(waited is None, "the loop waited on a connect to Redis that "
+               f"hangs, before its next epoll_wait: {waited} (strace): no "
+               "wait at all, not even a short one (a grace period for a "
+               "connect that is quick on localhost stalls every client of "
+               "the server on each reconnect to a Redis that does not "
+               "answer); redis_connect() connects without waiting, and the "
+               "link's EPOLLOUT says when it is done; watch it: strace -e "
+               "trace=connect,poll,epoll_wait -p $(pgrep -x epoll)")
     return f"GET / in {took_static * 1000:.0f} ms"
 
 
@@ -494,15 +557,17 @@ def redis_sends_in_turns(text):
 
 
 @grader.check(5, f"commands go to Redis together: at most {SENDS} send() "
-              "calls per guestbook page under ab -k -c 50, and pages that "
-              "come in one loop turn share one send")
+              "calls per guestbook page under ab -k -c 50, and no loop turn "
+              "sends to Redis twice")
 def one_send_per_turn(lab):
     server = lab.start()
     link_ready(lab, server)
     pages = 2000
-    calls = strace_count(server.pid, ["sendto"], lambda: keepalive_load(
-        lab, server.port, pages, 50, path="/guestbook"))
-    per = calls.get("sendto", 0) / pages
+    trace = _strace(server.pid, ["epoll_wait", "epoll_pwait", "sendto"],
+                    lambda: keepalive_load(lab, server.port, pages, 50,
+                                           path="/guestbook"))
+    per = sum(line.startswith("sendto(")
+              for line in trace.splitlines()) / pages
     lab.expect(per <= SENDS, f"{per:.2f} send() calls per guestbook page "
                "(its answer, and a send to Redis per command?): queue each "
                "command in the link's output buffer, which the loop sends "
@@ -550,7 +615,103 @@ def one_send_per_turn(lab):
                "turn's send?): big commands are pipelined too, the loop's "
                "one redis_send() a turn carries them all (the 4 MiB buffer "
                "is what bounds them)")
+    crossed = []
+
+    def crossings():  # a reply, then a new page, read in one loop turn
+        for _ in range(2 * CROSSINGS):  # a busy machine can cost a 1 s clock
+            lab.redis.command("CLIENT", "PAUSE", MID_PAUSE, "WRITE")
+            try:  # the first page's LRANGE answered, its INCR held
+                first = send_page_requests(server.port, 1)[0]
+                wait_for(lambda: redis_blocked(lab), lambda n: n > 0,
+                         limit=3)
+                with stopped(server.pid):
+                    lab.redis.command("CLIENT", "UNPAUSE")
+                    # (a loaded machine can hand packets over late: wait
+                    # until each is in the server's socket, in order)
+                    readable(server.pid, lambda sock: sock.getpeername()[1]
+                             == lab.redis.port)  # the INCR's reply
+                    second = send_page_requests(server.port, 1)[0]
+                    readable(server.pid, lambda sock: sock.getsockopt(
+                        socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
+            finally:
+                lab.redis.command("CLIENT", "UNPAUSE")
+            for sock in (first, second):
+                sock.settimeout(seconds(5))
+            crossed.append((status_of_or_0(first), status_of_or_0(second)))
+            if crossed.count((200, 200)) == CROSSINGS:
+                return
+            if crossed[-1] != (200, 200):  # the link back, if it was lost
+                wait_for(lambda: get(server.port, "/guestbook")[0],
+                         lambda st: st == 200, limit=BACK)
+
+    cross_doubled, cross_sending = redis_sends_in_turns(_strace(
+        server.pid, ["epoll_wait", "epoll_pwait", "sendto"], crossings))
+    lab.expect((200, 200) in crossed and
+               {st for pair in crossed for st in pair} <= {200, 503},
+               f"a page's reply and a new page in one loop turn, "
+               f"{len(crossed)} times: the pages were answered {crossed}")
+    lab.expect(cross_sending and not cross_doubled, f"{len(crossed)} times, "
+               "a page's reply (its INCR's) and a new page came in one loop "
+               f"turn, the reply first: {cross_doubled} of "
+               f"{cross_sending} loop turns sent to Redis twice (the first "
+               "page's GET sent as soon as the INCR's reply was read, then "
+               "the new page's LRANGE in the turn's send?): a command queued "
+               "from a reply waits for the loop's one redis_send() at the "
+               "end of the turn too, with the others; watch: strace -e "
+               "trace=epoll_wait,sendto -p PID during ab -k -n 2000 -c 50 "
+               ".../guestbook")
+    load_doubled, load_sending = redis_sends_in_turns(trace)
+    lab.expect(load_sending and not load_doubled, f"under ab -k -n {pages} "
+               f"-c 50: {load_doubled} of {load_sending} loop turns sent to "
+               "Redis twice (a send right after the replies are read, for "
+               "the next steps of the pages they answered, then the turn's "
+               "send for the pages that came in it?): whatever is queued, "
+               "from a new page or from a reply, waits for the loop's one "
+               "redis_send() at the end of the turn; watch: strace -e "
+               "trace=epoll_wait,sendto -p PID during ab -k -n 2000 -c 50 "
+               ".../guestbook")
     return f"{per:.2f} per page"
+
+
+def readable(pid, which, limit=3):
+    """Waits up to limit seconds for the socket of process pid that
+    which(socket) picks (a copy of it, pidfd_getfd, looked at and closed)
+    to have something to read (a listener: a client to accept). False if
+    it does not, or the kernel gives no copy (then the check runs without
+    this wait, as it would on an idle machine)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return False
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if not os.readlink(f"/proc/{pid}/fd/{fd}").startswith(
+                        "socket:"):
+                    continue
+            except OSError:
+                continue
+            copy = LIBC.syscall(PIDFD_GETFD, pidfd, int(fd), 0)
+            if copy < 0:  # no pidfd_getfd (ENOSYS, EPERM)
+                return False
+            with socket.socket(fileno=copy) as sock:
+                try:
+                    if not which(sock):
+                        continue
+                except OSError:
+                    continue
+                poller = select.poll()
+                poller.register(sock, select.POLLIN)
+                return bool(poller.poll(seconds(limit) * 1000))
+    finally:
+        os.close(pidfd)
+    return False
+
+
+def redis_blocked(lab):
+    """Clients whose command Redis holds (CLIENT PAUSE WRITE)."""
+    info = lab.redis.command("INFO", "clients")
+    return int(info.split("blocked_clients:")[1].split()[0])
 
 
 @grader.check(5, f"a FIFO that cannot grow (malloc fails past {FIFO_SLOTS} "
