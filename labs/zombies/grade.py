@@ -24,7 +24,8 @@ from types import SimpleNamespace
 
 from grading import (C_WORDS, Grader, HeldClients,  # labs/grading.py
                      Unmet, _strace, ab_said, asking_clients, code_only,
-                     cpu_seconds, function_body, get, idle_clients,
+                     cpu_seconds, descriptors, function_body, get,
+                     idle_clients,
                      live_children, review_handlers, seconds,
                      signal_handlers, slowed, source_text, stopped,
                      wait_for, zombie_children)
@@ -53,6 +54,14 @@ HEAP_SLACK = 4096
 # that only a normal exit would bring down.
 KILLED = 4400
 KILL_BATCH = 1100
+# Clients that connect while every fork() fails (EAGAIN, as at the process
+# limit: ulimit -u, pid_max), FAIL_BATCH at a time: past any cap on live
+# children (4096) that a failed fork() would raise all the same. Each must
+# be closed by the server within FAIL_CLOSE_S (stretched by TIMEOUT).
+FORK_FAILS = 4400
+FAIL_BATCH = 100
+FAIL_CLOSE_S = 5
+FORKERS = ["clone", "clone3", "fork", "vfork"]  # what fork() may call
 SERIAL = 40  # requests one after another
 ROUNDS = 3  # a child exits while the reaper's waitpid() is under way
 SLOWED = 0.5  # seconds added to the return of each waitpid() (strace)
@@ -328,7 +337,85 @@ def signal_deaths(lab):
     return f"{killed} children killed by a signal; still serving"
 
 
-@grader.check(15, f"ab {' '.join(LOAD)}: every request served, no zombie "
+def unclosed(socks, limit):
+    """How many of socks the server has neither answered nor closed within
+    limit s (stretched by TIMEOUT): each is waited for, not slept on."""
+    deadline = time.monotonic() + seconds(limit)
+    left = 0
+    for sock in socks:
+        try:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            sock.recv(1)  # b"" (closed) or a byte: the server let it go
+        except socket.timeout:
+            left += 1
+        except OSError:
+            pass  # reset: closed all the same
+        finally:
+            sock.close()
+    return left
+
+
+@grader.check(10, f"fork() fails for {FORK_FAILS} clients, then works "
+              "again: each is closed at once, no descriptor kept, and the "
+              "server serves again")
+def fork_fails(lab):
+    server = lab.start()
+    served(lab, server)
+    wait_for(lambda: len(live_children(server.pid)), lambda n: n == 0,
+             limit=3)
+    held = len(descriptors(server.pid))
+    hung, sent = [], [0]
+
+    def refused():
+        while sent[0] < FORK_FAILS:
+            clients = idle_clients(server.port, FAIL_BATCH)
+            sent[0] += len(clients)
+            left = unclosed(clients, FAIL_CLOSE_S)
+            if left:
+                hung.append(left)
+                return
+
+    traced = _strace(server.pid, FORKERS, refused, "-e",
+                     f"inject={','.join(FORKERS)}:error=EAGAIN")
+    failed = len(re.findall(r"^(?:clone3?|v?fork)\(.*= -1 EAGAIN", traced,
+                            re.M))
+    now = wait_for(lambda: len(descriptors(server.pid)),
+                   lambda n: n <= held, limit=0 if hung else 3)
+    lab.expect(not hung, f"{hung[0] if hung else 0} of {FAIL_BATCH} "
+               f"clients (after {sent[0] - FAIL_BATCH} others) neither "
+               f"answered nor closed within {seconds(FAIL_CLOSE_S):.0f} s "
+               "while every fork() failed (EAGAIN, as at the process "
+               f"limit); the server holds {now} descriptors, {held} before: "
+               "when fork() fails, the parent must still close its copy of "
+               "the client (the client learns at once, and the descriptors "
+               "do not pile up until accept() fails with EMFILE); watch: "
+               "strace -e inject=clone:error=EAGAIN -p PID, then curl -m 5 "
+               "http://127.0.0.1:8000/; ls /proc/PID/fd | wc -l")
+    lab.expect(now <= held, f"the server holds {now} descriptors after "
+               f"{sent[0]} clients whose fork() failed, {held} before: each "
+               "failed fork() must still close the client's descriptor; "
+               "watch: ls /proc/PID/fd | wc -l")
+    for path in ("/", "/style.css"):  # fork() works again
+        try:
+            status, _ = get(server.port, path)
+            said = f"answered {status}" if status else "was closed unanswered"
+        except (socket.timeout, ConnectionError) as error:
+            status, said = None, f"got no answer ({type(error).__name__})"
+        lab.expect(status == 200, f"GET {path} {said} once "
+                   f"fork() worked again, after {failed} failed "
+                   f"fork()s (EAGAIN) for {sent[0]} clients, with "
+                   f"{len(live_children(server.pid))} children running: a "
+                   "count of live children raised even when fork() failed "
+                   "(it returned -1: no child, no exit to bring it down) "
+                   "reaches its cap and drops every client for good; count "
+                   "only a fork() that returned a PID; watch: strace -e "
+                   "inject=clone:error=EAGAIN:when=1..5000 -p PID, then "
+                   "5,000 clients and curl http://127.0.0.1:8000/")
+    return (f"{sent[0]} clients closed at once while {failed} fork()s "
+            f"failed; descriptors {held} then {now}; serving again")
+
+
+@grader.check(10, f"ab {' '.join(LOAD)}: every request served, no zombie "
               "and no child left; the server's heap does not grow")
 def under_load(lab):
     env, heap = heap_bytes(lab)
@@ -437,8 +524,8 @@ def idle_reap(lab):
                    f"server (request {k + 1} of {IDLE_ROUNDS}): the exit "
                    "waits for the next client or accept()'s 1 s timeout; "
                    "SIGCHLD must interrupt accept() (a handler installed "
-                   "without SA_RESTART, as the starter's on_child) so that "
-                   "the loop reaps at once; watch: curl -s -o /dev/null "
+                   "for it, as the starter's on_child, not SIG_DFL or a "
+                   "blocked SIGCHLD) so that the loop reaps at once; watch: curl -s -o /dev/null "
                    "http://127.0.0.1:8000/; ps -o pid,stat --ppid PID")
         slowest = max(slowest, took)
         time.sleep(0.2)
@@ -505,7 +592,7 @@ def no_lost_wakeup(lab):
                "guards?)")
 
 
-@grader.check(10, "SIGTERM stops it at once while a keep-alive client is "
+@grader.check(5, "SIGTERM stops it at once while a keep-alive client is "
               "being served")
 def stops_while_serving(lab):
     server = lab.start()
