@@ -36,6 +36,12 @@ DEEP = 20  # clients at once, each through the deepest requests
 CROWD = 2500  # clients at once, past any fixed number of stacks kept ready
 FILES = ("/style.css", "/index.html", "/notes.txt")  # asked for at once
 ASKS = 5000  # keep-alive requests for each of FILES, 4 at a time each
+# serve_static()'s other ways out, each with a heap block count of its own:
+# a missing file (404) and a directory asked for without its slash (301,
+# whose Location is built per request). A block lost on either, per
+# request, is ERRORS more.
+ERROR_PATHS = (("/no/such/page", 404), ("/img", 301))
+ERRORS = 2000  # keep-alive requests for each, 4 at a time
 REFUSALS = 2000  # refused requests one after another: their lingering close
 REFUSAL_SLACK_KB = 4096  # must leave nothing behind either
 # The rlimits a server may be started under: the stack size is the
@@ -518,7 +524,8 @@ def out_of_threads(lab):
             f"connections, half refused a thread; alive past {held} KiB")
 
 
-@grader.check(10, f"{SERIAL} connections one after another, then "
+@grader.check(10, f"{SERIAL} connections one after another, {ERRORS} "
+              "404s and 301s, then "
               f"{REFUSALS} refused ones, leave no memory behind, beside a "
               "client that stays")
 def no_leaks(lab):
@@ -539,6 +546,7 @@ def no_leaks(lab):
                "connections one after another: a block allocated for each "
                "connection (the thread's argument?) is never freed; watch: "
                "valgrind --leak-check=full ./threaded 8000")
+    errors = error_blocks(lab, server, blocks)
     refused(lab, server, REFUSALS // 5)
     before = footprint(server.pid)[0]
     refused(lab, server, REFUSALS)
@@ -548,8 +556,46 @@ def no_leaks(lab):
                f"space after {REFUSALS} refused requests (414) one after "
                f"another (at most {REFUSAL_SLACK_KB}): a lingering close "
                f"leaves something behind; {WATCH}")
-    return (f"{grown}, {more:+} heap blocks; {grown_kb:+} KiB after "
-            f"{REFUSALS} refusals")
+    return (f"{grown}, {more:+} heap blocks; {errors}; {grown_kb:+} KiB "
+            f"after {REFUSALS} refusals")
+
+
+def error_blocks(lab, server, blocks):
+    """ERRORS keep-alive requests (ab -k, 4 at a time) for each of
+    ERROR_PATHS, after a warm-up of a fifth as many: each answered with its
+    status, and the heap blocks in use back within BLOCK_SLACK of where the
+    warm-up left them. Returns the growth, for the PASS line."""
+    said = []
+    for path, status in ERROR_PATHS:
+        def load(count):
+            done = subprocess.run(
+                ["ab", "-q", "-k", "-n", str(count), "-c", "4", "-s",
+                 str(int(seconds(30))), f"http://127.0.0.1:{server.port}"
+                 f"{path}"], capture_output=True, text=True,
+                timeout=seconds(120))
+            lab.expect(done.returncode == 0 and re.search(
+                rf"Complete requests: +{count}\n", done.stdout) and
+                "Failed requests:        0" in done.stdout,
+                f"ab -k -n {count} -c 4 {path} (a {status}) failed: "
+                f"{failures(done)}")
+        load(ERRORS // 5)
+        first = blocks()
+        load(ERRORS)
+        more = wait_for(lambda: blocks() - first,
+                        lambda n: n <= BLOCK_SLACK, limit=5)
+        alive(lab, server, f"{ERRORS} keep-alive requests for {path}")
+        code, _ = get(server.port, path)
+        lab.expect(code == status, f"GET {path} answered {code}, not "
+                   f"{status}")
+        lab.expect(more <= BLOCK_SLACK, f"{more:+} heap blocks in use "
+                   f"(malloc less free, at most {BLOCK_SLACK}) after "
+                   f"{ERRORS} requests for {path} (a {status}, ab -k -c 4): "
+                   f"a block allocated per request is not freed on the way "
+                   f"out of a {status} (an early return?); watch: valgrind "
+                   "--leak-check=full ./threaded 8000, then curl "
+                   f"http://127.0.0.1:8000{path}")
+        said.append(f"{more:+} after {ERRORS} x {status}")
+    return ", ".join(said)
 
 
 def failures(done):
@@ -597,6 +643,9 @@ def function_names(code):
 # Writable arrays the starter itself declares at file scope: none (its
 # one, placeholders[], is const).
 STARTER_GLOBALS = set()
+# Structs holding a byte array the starter itself keeps in static storage:
+# none (its date caches are thread-local): (function or None, name).
+STARTER_AGGREGATES = set()
 
 
 def file_scope(code):
@@ -682,6 +731,102 @@ def static_pointers(code):
     return found
 
 
+BYTE_MEMBER = re.compile(r"(?:^|(?<=[;{]))\s*((?:(?!\bconst\b)[^;{}*])*?\b(?:char|"
+                         r"u?int8_t|u_char)\b[^;{}*()]*?\b([A-Za-z_]\w*)"
+                         r"\s*\[)")
+
+
+def closing(code, i):
+    """Where the brace opened at code[i] closes (or the end of code)."""
+    depth = 0
+    for j in range(i, len(code)):
+        depth += {"{": 1, "}": -1}.get(code[j], 0)
+        if depth == 0:
+            return j
+    return len(code)
+
+
+def byte_aggregates(code):
+    """{struct/union tag or typedef name: a byte array member in it} for
+    every struct and union in code (C without comments and literals) that
+    holds a writable byte array, directly or in a member of such a type."""
+    bodies = {}  # name: its members' text
+    for m in re.finditer(r"\b(?:struct|union)\s+([A-Za-z_]\w*)?\s*\{", code):
+        end = closing(code, m.end() - 1)
+        body = code[m.end():end]
+        if m[1]:
+            bodies[m[1]] = body
+        named = re.match(r"\s*([A-Za-z_]\w*)\s*;", code[end + 1:])
+        if named and re.search(r"\btypedef\s*$", code[:m.start()]):
+            bodies[named[1]] = body
+    found = {}
+    for name, body in bodies.items():
+        member = BYTE_MEMBER.search(body)
+        if member:
+            found[name] = member[2]
+    while True:  # a member whose type holds one holds one too
+        more = {}
+        for name, body in bodies.items():
+            if name in found:
+                continue
+            for m in re.finditer(r"(?:^|(?<=[;{]))\s*(?:(?:struct|union)\s+)?"
+                                 r"([A-Za-z_]\w*)\s+([A-Za-z_]\w*)\s*[;\[]",
+                                 body):
+                if m[1] in found and "const" not in m[0]:
+                    more[name] = found[m[1]]
+                    break
+        if not more:
+            return found
+        found.update(more)
+
+
+def static_aggregates(code):
+    """[(offset, name, member, scope)] of the objects in static storage
+    (static in a function, or at file scope) of a struct or union type
+    that holds a writable byte array (member: that array): not const, not
+    thread-local, not extern. A char array wrapped in a struct is one
+    buffer that every thread writes all the same."""
+    types, found = byte_aggregates(code), []
+    depth, level = 0, []
+    for ch in code:  # the brace depth before each character
+        level.append(depth)
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+    names = "|".join(map(re.escape, types)) or "(?!)"
+    pattern = re.compile(rf"\b(?:(?:struct|union)\s*([A-Za-z_]\w*)?\s*(\{{)"
+                         rf"|(?:struct|union)\s+({names})\b|({names})\b)")
+    functions = [(code.find(body), code.find(body) + len(body), name)
+                 for name, (_, body) in function_names(code).items()]
+    i = 0
+    while True:
+        m = pattern.search(code, i)
+        if not m:
+            return found
+        i = m.end()
+        member = None
+        if m[2]:  # an inline body
+            end = closing(code, m.end() - 1)
+            inline = BYTE_MEMBER.search(code[m.end():end])
+            member = inline and inline[2] or (m[1] and types.get(m[1]))
+            i = end + 1
+        else:
+            member = types.get(m[3] or m[4])
+        head = re.split(r"[;{}]", code[:m.start()])[-1]
+        tail = re.match(r"[^;{}]*", code[i:])[0]
+        if not member or "(" in head or re.search(
+                r"\b(const|_Thread_local|__thread|thread_local|typedef|"
+                r"extern)\b", head + " " + tail.split("=")[0]):
+            continue
+        if level[m.start()] and not re.search(r"\bstatic\b", head):
+            continue  # automatic: on the stack, the thread's own
+        declared = re.match(r"\s*(\**)\s*([A-Za-z_]\w*)\s*[\[=;,]",
+                            code[i:])
+        if not declared or declared[1] or "(" in tail.split("=")[0]:
+            continue  # a pointer, a function, a bare type
+        scope = next((name for lo, hi, name in functions
+                      if lo <= m.start() < hi), None)
+        found.append((m.start(), declared[2], member, scope))
+
+
 @grader.check(5, "no writable buffer in static storage, in a function or "
               "at file scope (a source review): every thread would share it")
 def shared_buffers(lab):
@@ -712,6 +857,18 @@ def shared_buffers(lab):
                        f"{lines[line - 1].strip()[:80]!r}; a buffer stays "
                        "on the stack (it is what the stack is for) or on "
                        "the heap, per thread")
+    for at, name, member, scope in static_aggregates(code):
+        if (scope, name) in STARTER_AGGREGATES:
+            continue
+        line = code.count("\n", 0, at) + 1
+        lab.expect(False, f"{scope + '()' if scope else 'file scope'} keeps "
+                   f"{name} in static storage, a struct holding {member}[]: "
+                   "one buffer that every thread writes at once, so a "
+                   "request can be answered with another's bytes (another "
+                   f"redirect's Location): line {line}: "
+                   f"{lines[line - 1].strip()[:80]!r}; a buffer stays on "
+                   "the stack (it is what the stack is for) or on the heap, "
+                   "per thread")
     for at, name, scope in static_pointers(code):
         where = function_body(code, scope)[1] if scope else code
         set_from = re.search(rf"\b{name}\s*=\s*(?:\([^()]*\)\s*)?"
