@@ -54,10 +54,10 @@ deps:
 # mostly wait on sockets and timeouts), and beside them the labs are graded
 # (tools/lab check, LAB_JOBS gradings at once, any lab's: a verdict that
 # differs is graded again alone); the tests marked serial run alone after.
-# From a fresh clone on 2026-11-27 (2 cores): 1,473 s in all, the parallel
-# tests 685 s beside the labs' 1,383 s (581 wrong and 83 right answers;
-# their gradings 1,424 CPU-s, 546 of them builds: labs/work/check-times.tsv),
-# the CPUs 73% busy (with 439 and 61 answers: 1,099-1,265 s).
+# From a fresh clone on 2026-11-29 (2 cores): 1,298 s in all, the parallel
+# tests 627 s beside the labs' 1,216 s (598 wrong and 93 right answers;
+# their gradings 1,353 CPU-s, 486 of them builds: labs/work/check-times.tsv),
+# the CPUs 82% busy (with 581 and 83 answers on 11-27: 1,441-1,473 s).
 TEST_JOBS ?= 8
 LAB_JOBS  ?= 8
 PYTEST = "$$(tools/python pytest httplint xdist)" -m pytest tests/
