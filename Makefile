@@ -57,7 +57,7 @@ deps:
 # From a fresh clone on 2026-11-29 (2 cores): 1,298 s in all, the parallel
 # tests 627 s beside the labs' 1,216 s (598 wrong and 93 right answers;
 # their gradings 1,353 CPU-s, 486 of them builds: labs/work/check-times.tsv),
-# the CPUs 82% busy (with 581 and 83 answers on 11-27: 1,441-1,473 s).
+# the CPUs 77% busy (with 581 and 83 answers on 11-27: 1,441-1,473 s).
 TEST_JOBS ?= 8
 LAB_JOBS  ?= 8
 PYTEST = "$$(tools/python pytest httplint xdist)" -m pytest tests/
