@@ -466,6 +466,25 @@ def stopped(pid):
         os.kill(pid, signal.SIGCONT)
 
 
+def stop_now(pid):
+    """SIGSTOP pid and return once the kernel says it is stopped (on a
+    busy machine it may run on a while: it would take a burst, or read a
+    body, before the check means it to)."""
+    os.kill(pid, signal.SIGSTOP)
+    wait_stopped(pid)
+
+
+def wait_stopped(pid):
+    """Returns once /proc says pid is stopped (or gone), at most 5 s."""
+    def state():
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(
+                ")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return "T"  # gone: nothing to wait for
+    wait_for(state, lambda now: now in ("t", "T"), 5)
+
+
 def strace_bytes(pid, syscall, during):
     """Runs during() while strace watches one syscall of pid (every
     thread): the sum of its positive returns (bytes, for recv or send)."""

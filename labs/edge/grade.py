@@ -27,7 +27,7 @@ from pathlib import Path
 from grading import (Grader, _strace, asking_clients,  # labs/grading.py
                      big_file, get, kept_clients, keepalive_load,
                      raise_open_file_limit, seconds,
-                     status_field, strace_count, wait_for)
+                     status_field, stop_now, strace_count, wait_for)
 
 PIPELINED = 20000  # HEAD requests in one go: 560 KB, more than a request
 # buffer holds, even one enlarged so that "any pipeline fits"
@@ -145,20 +145,6 @@ def first_bytes(socks, limit):
     hanging = len(waiting.get_map())
     waiting.close()
     return answered, closed, hanging
-
-
-def stop_now(pid):
-    """SIGSTOP pid and return once the kernel says it is stopped (on a
-    busy machine it may run on a while: it would take a burst, or read a
-    body, before the check means it to)."""
-    def state():
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(
-                ")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return "T"  # gone: nothing to wait for
-    os.kill(pid, signal.SIGSTOP)
-    wait_for(state, lambda now: now in ("t", "T"), 5)
 
 
 def send_quietly(sock, data):

@@ -26,7 +26,7 @@ from grading import (Grader, asking_clients, attach_strace,  # labs/grading.py
                      descriptors, detach_strace, failing, get,
                      keepalive_load, kept_clients, raise_open_file_limit,
                      seconds, stopped, strace_calls, user_ticks,
-                     wait_for)
+                     wait_for, wait_stopped)
 from rawhttp import Connection, open_asking  # tests/rawhttp.py
 
 IDLE = 5000  # idle keep-alive clients beside the busy ones
@@ -990,14 +990,8 @@ def stopped_now(pid):
     """stopped(pid), entered only once the kernel says pid is stopped (on a
     busy machine SIGSTOP takes a while: a server still running would take
     the first requests of a burst in a poll() of their own)."""
-    def state():
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(
-                ")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return "T"  # gone: nothing to wait for
     with stopped(pid):
-        wait_for(state, lambda now: now in ("t", "T"), 5)
+        wait_stopped(pid)
         yield
 
 
