@@ -64,13 +64,13 @@ PYTEST = "$$(tools/python pytest httplint xdist)" -m pytest tests/
 LAB_LOG := labs/work/check.log
 
 test: deps
-	$(MAKE) -j 2 all asan
 	$(MAKE) check-sync format-check
-	fuzz/run --check
+	$(MAKE) -j 2 all
 	@mkdir -p $(dir $(LAB_LOG))
 	tools/lab check -j $(LAB_JOBS) --times $(LAB_LOG:.log=-times.tsv) \
 	    > $(LAB_LOG) 2>&1 & labs=$$!; \
 	trap 'kill $$labs 2>/dev/null' INT TERM; \
+	$(MAKE) -j 2 asan && fuzz/run --check && \
 	$(PYTEST) -rs -n $(TEST_JOBS) --dist loadgroup -m "not serial" \
 	    $(PYTEST_ARGS); tests=$$?; \
 	echo "waiting for tools/lab check ($(LAB_LOG))"; \

@@ -344,8 +344,10 @@ static void serve_forever(void)
         if (sigwait(&wait_for, &sig) == 0 && sig == SIGCHLD)
             replace_workers(n, &old, parent);
     for (int i = 0; i < n; i++)
-        if (workers[i] > 0)
+        if (workers[i] > 0) {
             kill(workers[i], SIGTERM);
+            kill(workers[i], SIGCONT); /* one an operator stopped must act */
+        }
     while (wait(NULL) > 0) /* every worker, so that none outlives us */
         ;
 }
@@ -372,14 +374,21 @@ static pid_t spawn_worker(const sigset_t *mask, pid_t parent)
 /* Refills the slot of every worker that has exited. (LAB supervisor) */
 static void replace_workers(int n, const sigset_t *mask, pid_t parent)
 {
+    /* Reap first, fork after: forking inside the waitpid() loop never ends
+     * while each new worker dies before the next waitpid() (a bad setting,
+     * a slow fork), and the supervisor never hears SIGTERM. A slot that a
+     * failed fork() left empty is tried again at the next death. */
     for (pid_t pid = waitpid(-1, NULL, WNOHANG); pid > 0;
          pid = waitpid(-1, NULL, WNOHANG))
         for (int i = 0; i < n; i++)
             if (workers[i] == pid) {
                 if (server.log)
                     fprintf(stderr, "worker %d exited; replacing it\n", pid);
-                workers[i] = spawn_worker(mask, parent);
+                workers[i] = 0;
             }
+    for (int i = 0; i < n; i++)
+        if (workers[i] <= 0)
+            workers[i] = spawn_worker(mask, parent);
 }
 
 /* ===== Serving one connection, blocking: the same in 01-05 ===== */

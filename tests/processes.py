@@ -297,8 +297,7 @@ def proc_stat(pid):
 
 def process_table():
     """{pid: proc_stat(pid)} for every process, read in one pass over
-    /proc/*/stat: this kernel has no /proc/<pid>/task/*/children
-    (CONFIG_PROC_CHILDREN is off)."""
+    /proc/*/stat."""
     table = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -308,21 +307,49 @@ def process_table():
     return table
 
 
+def child_stats(pid):
+    """{child: proc_stat(child)} for the children of pid, zombies too. Read
+    from /proc/PID/task/*/children (each thread's own) and then only those
+    children's stat: a pass over all of /proc costs ~20 ms of CPU for each
+    thousand processes on the machine (a busy grader asks ten times a
+    second, beside other graders' thousands of workers). A kernel without
+    CONFIG_PROC_CHILDREN: the whole table, filtered."""
+    listed, found = [], False
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                listed += (task / "children").read_text().split()
+                found = True
+            except FileNotFoundError:  # that thread has gone
+                continue
+    except FileNotFoundError:  # pid has gone
+        return {}
+    if not found:
+        return {p: stat for p, stat in process_table().items()
+                if stat[1] == pid}
+    stats = {}
+    for child in sorted(set(map(int, listed))):
+        stat = proc_stat(child)
+        if stat and stat[1] == pid:  # not reaped and reused since
+            stats[child] = stat
+    return stats
+
+
 def children(pid, table=None):
     """PIDs whose parent is pid, in order."""
-    table = table or process_table()
+    if table is None:
+        return sorted(child_stats(pid))
     return sorted(p for p, (_, ppid, *_) in table.items() if ppid == pid)
 
 
 def descendants(pid):
     """{pid: starttime} for every process below pid."""
-    table = process_table()
-    found, todo = {}, children(pid, table)
+    found, todo = {}, [pid]
     while todo:
-        child = todo.pop()
-        if child not in found:
-            found[child] = table[child][2]
-            todo.extend(children(child, table))
+        for child, stat in child_stats(todo.pop()).items():
+            if child not in found:
+                found[child] = stat[2]
+                todo.append(child)
     return found
 
 
