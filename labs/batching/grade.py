@@ -6,7 +6,9 @@ turn, the one that submits and waits. Every enter that only submits (its
 min_complete is 0) is a turn paying twice, whatever the load; that is
 measured per turn, not only per request, so submitting every 8th entry or
 once more per turn shows. The ring must be the reference's (no SQPOLL
-kernel thread submitting for the server)."""
+kernel thread submitting for the server, both queues its sizes, its setup
+flags), and a full ring's submission that the kernel refuses must not be
+retried forever."""
 
 import os
 import re
@@ -18,8 +20,9 @@ import time
 from pathlib import Path
 
 from grading import (Grader, Unmet, _strace, ab_ok, ab_said,  # labs/grading.py
-                     asking_clients, code_only, connections, death,
-                     descriptors, function_body, get, keepalive_load, kept_clients,
+                     asking_clients, code_only, connections, cpu_seconds,
+                     death, descriptors, function_body, get, keepalive_load,
+                     kept_clients,
                      raise_open_file_limit, seconds, source_text, stopped,
                      strace_calls, strace_count, wait_for)
 
@@ -45,8 +48,46 @@ RECONNECTS = 5
 NOFILE = 64  # the server's descriptor limit for the shedding
 SHED = 150  # clients at once: more than NOFILE
 RING = 4096  # the reference's submission queue: RING_ENTRIES
+CQ_RING = 16384  # the reference's completion queue: CQ_ENTRIES
 SETUP_FLAGS = 0x3008  # the reference's: CQSIZE | SINGLE_ISSUER | DEFER_TASKRUN
+PLAIN_FLAGS = 0x8  # CQSIZE alone: the reference's ring where 0x3008 is refused
 CROWD = 5000  # idle clients timed out in one loop turn: more than RING
+REFUSED_CROWD = 5000  # clients at a stop whose full ring's submit fails
+REFUSED_LIMIT = 5  # seconds after SIGTERM for that server to end (the
+# reference: at once, its die(); a drain of the cancelled: 1 s)
+# A shim (LD_PRELOAD): from the start, every io_uring_enter() that only
+# submits (min_complete 0) fails with EBUSY, as a kernel answers whose
+# completion queue overflowed into a backlog it cannot flush: completions
+# must be reaped first, which only the loop does. The loop's own enter
+# (min_complete 1) is untouched, so the server serves as before until a
+# full ring must be handed over in the middle of a turn. A seccomp filter:
+# liburing's calls are caught too.
+SUBMIT_FAILS = r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+__attribute__((constructor)) static void submit_fails(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_enter, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                 offsetof(struct seccomp_data, args[2])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EBUSY),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+        syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog))
+        _exit(99);
+}
+"""
 STOP_CROWD = 9000  # clients connected at the stop: over twice RING
 WAITERS = 5000  # clients answered 503 in one turn when Redis does not answer
 IDLE = 5  # seconds: the servers' idle timeout
@@ -69,15 +110,16 @@ WATCH = ("watch it: strace -f -e trace=io_uring_enter -p $(pgrep -x "
 grader = Grader("batching")
 
 
-def ring_server(lab, nofile=None):
+def ring_server(lab, nofile=None, env=None):
     """The server, refused if io_uring is not available, if its ring has
-    an SQPOLL thread (a kernel thread that submits instead of the loop), or
-    if it was set up with flags other than the reference's (strace follows
-    the grader's fork of the server to see io_uring_setup)."""
+    an SQPOLL thread (a kernel thread that submits instead of the loop), if
+    either of its queues is not the reference's size, or if it was set up
+    with flags other than the reference's (strace follows the grader's fork
+    of the server to see io_uring_setup)."""
     started = []
     setup = _strace(os.getpid(), ["io_uring_setup"],
-                    lambda: started.append(lab.start(nofile=nofile)), "-f",
-                    "-X", "raw")
+                    lambda: started.append(lab.start(nofile=nofile, env=env)),
+                    "-f", "-X", "raw")
     server = started[0]
     reason = lab.binary.unavailable()
     lab.expect(reason is None, f"io_uring is not available here: {reason}")
@@ -91,21 +133,47 @@ def ring_server(lab, nofile=None):
                    f"{RING} entries (SqMask in /proc/{server.pid}/fdinfo/"
                    f"{fd}): a bigger ring only moves the full-ring case to "
                    "a bigger burst; keep RING_ENTRIES, change the code")
+        cq = re.search(r"CqMask:\s*(\S+)", info)
+        lab.expect(cq and cq[1] == f"{CQ_RING - 1:#x}",
+                   f"the ring's completion queue is not the reference's "
+                   f"{CQ_RING} entries (CqMask in /proc/{server.pid}/fdinfo/"
+                   f"{fd}: {cq[1] if cq else 'none'}, the reference's "
+                   f"{CQ_RING - 1:#x}): the ring stays as it is, both its "
+                   "queues; keep CQ_ENTRIES, change the code")
         lab.expect("SqThread:\t-1" in info,
                    f"the ring has an SQPOLL thread (SqThread in /proc/"
                    f"{server.pid}/fdinfo/{fd}): a kernel thread submitting "
                    "on a core of its own does not batch; keep the "
                    "reference's ring flags")
-    flags = [int(f, 0) for f in re.findall(
-        r"io_uring_setup\(\d+, \{flags=(0x[0-9a-f]+|\d+)", setup)]
-    lab.expect(flags, "strace saw no io_uring_setup() as the server started")
-    extra = [f"{f:#x}" for f in flags if f & ~SETUP_FLAGS]
+    # Each io_uring_setup() the server made: its flags and its result.
+    calls = [(int(f, 0), int(r)) for f, r in re.findall(
+        r"io_uring_setup\(\d+, \{flags=(0x[0-9a-f]+|\d+).*\)\s+=\s+(-?\d+)",
+        setup)]
+    lab.expect(calls, "strace saw no io_uring_setup() as the server started")
+    watch = ("the setup flags stay as they are; change the code, not the "
+             "ring; watch it: strace -X raw -e trace=io_uring_setup "
+             "./io_uring 8000")
+    extra = [f"{f:#x}" for f, _ in calls if f & ~SETUP_FLAGS]
     lab.expect(not extra, f"the ring was set up with flags {', '.join(extra)}"
                f" (the reference: {SETUP_FLAGS:#x}, IORING_SETUP_CQSIZE | "
                "SINGLE_ISSUER | DEFER_TASKRUN, or CQSIZE alone where those "
-               "are refused): the setup flags stay as they are; change the "
-               "code, not the ring; watch it: strace -X raw -e "
-               "trace=io_uring_setup ./io_uring 8000")
+               f"are refused): {watch}")
+    # CQSIZE alone only after the kernel refused the reference's flags.
+    refused = False
+    for f, result in calls:
+        lab.expect(f == SETUP_FLAGS or (f == PLAIN_FLAGS and refused),
+                   f"the ring was set up with flags {f:#x}" + (
+                       " (CQSIZE alone) without asking for the reference's "
+                       f"{SETUP_FLAGS:#x} first (IORING_SETUP_CQSIZE | "
+                       "SINGLE_ISSUER | DEFER_TASKRUN): CQSIZE alone is what "
+                       "only a kernel that refuses those (EINVAL) gets, and "
+                       "this kernel was not asked"
+                       if f == PLAIN_FLAGS else
+                       f", not the reference's {SETUP_FLAGS:#x} "
+                       "(IORING_SETUP_CQSIZE | SINGLE_ISSUER | "
+                       "DEFER_TASKRUN), nor CQSIZE alone after the kernel "
+                       "refused those") + f"; {watch}")
+        refused = refused or (f == SETUP_FLAGS and result < 0)
     return server
 
 
@@ -166,7 +234,7 @@ def enters_full(calls):
     return None
 
 
-@grader.check(25, f"at most {PER_REQUEST} io_uring_enter calls per request "
+@grader.check(20, f"at most {PER_REQUEST} io_uring_enter calls per request "
               "under keep-alive load (ab -k -c 50)")
 def batched(lab):
     server = ring_server(lab)
@@ -584,17 +652,80 @@ def content_length(data):
 TAG = r"io_uring_sqe_set_data|user_data\s*="  # a slot's tag set
 
 
-def tags(code, text, depth=3):
-    """Whether text sets a slot's tag: itself, or through a function of
-    code's that it calls (a helper such as tag_sqe(sqe, owner, op), up to
-    depth calls deep)."""
-    if re.search(TAG, text):
-        return True
-    for name in set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", text)):
-        found = function_body(code, name) if depth else None
-        if found and tags(code, found[1], depth - 1):
-            return True
-    return False
+def guard(text, at):
+    """The condition the statement at offset `at` of a function body runs
+    under: its own if (without braces), or the if of a block around it
+    ("else" for an else branch), innermost first; None if it always runs
+    (as far as ifs go)."""
+    start = max(text.rfind(c, 0, at) for c in ";{}")
+    head = text[start + 1:at]
+    cond = re.search(r"\bif\s*\((.*)\)", head, re.S)
+    if cond:
+        return cond[1]
+    if re.search(r"\belse\b", head):
+        return "else"
+    depth = 0
+    for i in range(at - 1, -1, -1):
+        if text[i] == "}":
+            depth += 1
+        elif text[i] == "{" and depth:
+            depth -= 1
+        elif text[i] == "{":  # a block around it: under an if?
+            start = max(text.rfind(c, 0, i) for c in ";{}")
+            head = text[start + 1:i]
+            cond = re.search(r"\bif\s*\((.*)\)\s*$", head, re.S)
+            if cond:
+                return cond[1]
+            if re.search(r"\belse\s*$", head):
+                return "else"
+    return None
+
+
+def on_slot_alone(cond, slots):
+    """Whether a condition names nothing but the slot (e.g. `if (!sqe)`)."""
+    return not re.search(r"\b(?!(?:%s|NULL)\b)[A-Za-z_]\w*" % "|".join(
+        map(re.escape, slots)), cond)
+
+
+def tags(code, text, lo=0, hi=None, slots=("sqe",), depth=3,
+         where=("new_sqe()", 0)):
+    """Whether text[lo:hi] sets a slot's tag whatever the entry: itself,
+    or through a function of code's that it calls (a helper such as
+    tag_sqe(sqe, owner, op), up to depth calls deep), not under a condition
+    on anything but the slot. (True, None), or (False, a tag found only
+    under such a condition: (function, line, condition))
+    or (False, None)."""
+    hi = len(text) if hi is None else hi
+    name, first = where
+    found = None
+    def under(at):  # a condition on more than the slot, or None
+        cond = guard(text, at)
+        return None if cond is None or on_slot_alone(cond, slots) else cond
+    for m in re.finditer(TAG, text[lo:hi]):
+        cond = under(lo + m.start())
+        if cond is None:
+            return True, None
+        line = first + text.count("\n", 0, lo + m.start())
+        found = found or (name, line, cond)
+    for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\(", text[lo:hi]):
+        called = function_body(code, m[1]) if depth else None
+        if m[1] in ("if", "while", "for", "switch", "return", "sizeof") \
+                or not called:
+            continue
+        head = re.search(rf"\b{m[1]}\s*\(([^;{{}})]*)\)\s*{{", code)
+        own = tuple(re.findall(r"struct\s+io_uring_sqe\s*\*\s*(\w+)",
+                               head[1])) if head else ()
+        ok, inner = tags(code, called[1], slots=own or ("sqe",),
+                         depth=depth - 1, where=(f"{m[1]}()", called[0]))
+        if not ok:
+            found = found or inner
+            continue
+        cond = under(lo + m.start())
+        if cond is None:
+            return True, None
+        line = first + text.count("\n", 0, lo + m.start())
+        found = found or (name, line, cond)
+    return False, found
 
 
 REAP = (r"\b(io_uring_peek_cqe|io_uring_wait_cqes?|io_uring_for_each_cqe|"
@@ -618,13 +749,6 @@ def reaps(code, text, depth=3, seen=()):
     return None
 
 
-def line_of(text, first, body, at):
-    """The source line (number, text) of offset `at` in a function body
-    that starts on line `first`."""
-    line = first + body.count("\n", 0, at)
-    return line, text.splitlines()[line - 1].strip()[:70]
-
-
 @grader.check(5, "every slot new_sqe() hands out is tagged with its owner, "
               "whatever its owner, and new_sqe() reaps no completion "
               "(source review)")
@@ -641,32 +765,105 @@ def tagged_slots(lab):
                "timers' loop, another handler halfway through), which "
                "re-enters state it is in the middle of; new_sqe() submits "
                "on a full ring, and only the loop reaps")
+    lines = text.splitlines()
+    def only_when(said):  # the complaint about a conditional tag
+        where, line, cond = said
+        return (f"{where} line {line} tags the slot only when "
+                f"{' '.join(cond.split())} ({lines[line - 1].strip()[:70]!r})"
+                ": a slot left untagged keeps the user_data of the entry it "
+                "held before, whatever its owner (a close or a cancel with "
+                "none too), so its completion goes to that entry's owner; "
+                "tag every slot")
     for tag in re.finditer(TAG, body):  # a tag set only for some slots
-        start = max(body.rfind(";", 0, tag.start()),
-                    body.rfind("}", 0, tag.start()))
-        cond = re.search(r"\bif\s*\((.*)\)", body[start + 1:tag.start()],
-                         re.S)
-        line, said = line_of(text, first, body, tag.start())
-        lab.expect(not cond or not re.search(r"\b(?!sqe\b)[A-Za-z_]\w*",
-                                             cond[1]),
-                   f"new_sqe() line {line} tags the slot only when "
-                   f"{' '.join(cond[1].split()) if cond else ''} "
-                   f"({said!r}): a slot left untagged keeps the user_data "
-                   "of the entry it held before, whatever its owner (a "
-                   "close or a cancel with none too), so its completion "
-                   "goes to that entry's owner; tag every slot")
+        cond = guard(body, tag.start())
+        line = first + body.count("\n", 0, tag.start())
+        lab.expect(cond is None or on_slot_alone(cond, ("sqe",)),
+                   only_when(("new_sqe()", line, cond or "")))
     for ret in re.finditer(r"\breturn\b[^;]*;", body):
         taken = [m.end() for m in re.finditer(r"io_uring_get_sqe\s*\(",
                                              body[:ret.end()])]
-        tagged = taken and tags(code, body[taken[-1]:ret.end()])
+        if not taken:
+            continue
+        tagged, said = tags(code, body, taken[-1], ret.end(),
+                            where=("new_sqe()", first))
         line = first + body.count("\n", 0, ret.start())
-        lab.expect(not taken or tagged, f"new_sqe() line {line} returns a "
+        lab.expect(tagged or not said, f"new_sqe() line {line} returns a "
+                   "slot taken with io_uring_get_sqe() that is tagged only "
+                   "under a condition since: " + (only_when(said) if said
+                                                  else ""))
+        lab.expect(tagged, f"new_sqe() line {line} returns a "
                    "slot taken with io_uring_get_sqe() and not tagged since "
-                   f"({text.splitlines()[line - 1].strip()[:70]!r}): a slot "
+                   f"({lines[line - 1].strip()[:70]!r}): a slot "
                    "keeps the user_data of the entry it held before, so its "
                    "completion goes to that entry's owner; set it on every "
                    "slot you return")
     return "every slot returned is tagged"
+
+
+@grader.check(5, "a full ring's submission that the kernel refuses (EBUSY) "
+              f"at a stop with {REFUSED_CROWD} clients connected: the server "
+              f"ends within {REFUSED_LIMIT} s, not a retry forever")
+def refused_submit(lab):
+    raise_open_file_limit()
+    shim = lab.workdir / "submit_fails.so"
+    source = shim.with_suffix(".c")
+    source.write_text(SUBMIT_FAILS)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
+                    str(source)], check=True, capture_output=True)
+    server = ring_server(lab, env={"LD_PRELOAD": str(shim)})
+    before = len(descriptors(server.pid))
+    clients = kept_clients(server.port, REFUSED_CROWD)
+    try:
+        got = responses(clients, 30)
+        dead = death(lab)
+        if dead:  # it gave up on a refused submission: not a hang
+            return f"ended before the stop: {dead}"
+        first = sum(bool(r) and r.startswith(b"HTTP/1.1 200") for r in got)
+        spent = cpu_seconds(server.pid)
+        lab.expect(first == REFUSED_CROWD, f"{first} of {REFUSED_CROWD} "
+                   "keep-alive clients answered their first request within "
+                   "30 s, every io_uring_enter() that only submits failing "
+                   "with EBUSY (the loop's own enter working)")
+        held = len(descriptors(server.pid)) - before
+        if held <= RING:  # idle timers fired: the stop would not fill it
+            raise RuntimeError(f"only {held} of the {REFUSED_CROWD} clients "
+                               "still connected at the stop (the machine is "
+                               "too slow for this check)")
+        started = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            code = server.proc.wait(timeout=seconds(REFUSED_LIMIT))
+            server.result = code  # stopped by the check
+        except subprocess.TimeoutExpired:
+            spin = cpu_seconds(server.pid) - spent
+            later = time.monotonic() - started
+            server.proc.kill()  # deaf to SIGTERM: no second wait for it
+            server.result = server.proc.wait()
+            raise Unmet(
+                f"SIGTERM with {REFUSED_CROWD} clients connected, each of "
+                "whose receives the stop cancels (more than the ring's "
+                f"{RING} entries: a full ring handed over in the middle of "
+                "the turn), every io_uring_enter() that only submits failing "
+                "with EBUSY (as a kernel answers whose completions wait to "
+                "be reaped, which only the loop does): the server still "
+                f"runs {later:.0f} s later, "
+                f"{spin:.1f} s of CPU since the stop: new_sqe() retries a "
+                "submission the kernel refuses, forever, and never returns "
+                "to the loop that reads the stop; check what "
+                "io_uring_submit() returns (a full ring that cannot be "
+                "handed over is the broken ring the starter's die() is "
+                "for); watch it: gcc -shared -fPIC -o submit_fails.so "
+                "submit_fails.c (from labs/batching/grade.py), "
+                "LD_PRELOAD=./submit_fails.so ./io_uring 8000, "
+                f"{REFUSED_CROWD} kept clients, kill -TERM") from None
+        said = server.stderr().strip().splitlines()
+        return (f"{REFUSED_CROWD} clients; ended "
+                f"{time.monotonic() - started:.1f} s "
+                f"after SIGTERM, status {code}"
+                + (f": {said[-1][:80]}" if said else ""))
+    finally:
+        for c in clients:
+            c.close()
 
 
 @grader.check(15, "pages and the guestbook still served; a clean stop, "
