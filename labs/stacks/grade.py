@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 from grading import (Grader, HeldClients, Unmet, _strace,  # labs/grading.py
-                     ab_said, code_only, footprint, function_body, get,
-                     heap_blocks, idle_clients, kept_clients, no_leak,
+                     ab_said, asking_clients, code_only, footprint,
+                     function_body, get, heap_blocks, idle_clients,
+                     kept_clients, no_leak,
                      raise_open_file_limit, seconds, smaps, source_text,
                      status_field, thread_stacks, wait_for)
 from rawhttp import FORM_HEAD, Connection
@@ -34,6 +35,12 @@ IDLE_KB = 64 * 1024
 MARGIN = 2  # a stack at least this many times the deepest use seen
 DEEP = 20  # clients at once, each through the deepest requests
 CROWD = 2500  # clients at once, past any fixed number of stacks kept ready
+# Then, fresh, the most clients the handout says a stack size must hold:
+# this many at once, each having sent part of a request (a thread each,
+# held up to the 10 s request timeout, for the stacks to be read): past a
+# pool capped at 4,096 stacks (which then falls back to glibc's default,
+# 8 MiB), at no more than the cost of connecting them.
+CROWD_MAX = 5000
 FILES = ("/style.css", "/index.html", "/notes.txt")  # asked for at once
 ASKS = 5000  # keep-alive requests for each of FILES, 4 at a time each
 # serve_static()'s other ways out, each with a heap block count of its own:
@@ -60,6 +67,13 @@ SPURN_SLACK = (4096, 16)  # KiB of address space, mappings
 # for are dropped, and the server lives on.
 STARVED_KB = 16 * 1024
 STARVED = 400
+# Out of threads, the accept loop stays free: meanwhile two clients send
+# the start of a request and stay (one of them is refused a thread), and
+# another client's GET must be answered within HELD_UP_S (a few ms in the
+# reference, retried if it is the one refused): a server that serves a
+# refused client on its accept thread answers no one else until that
+# client's request times out (REQUEST_TIMEOUT_MS, 10 s).
+HELD_UP_S = 2.5
 SERIAL = 5000  # connections one after another: none may leave memory
 # behind, nor take the stack of a client that stays
 # Heap blocks in use (malloc minus free, counted by a preloaded library)
@@ -272,8 +286,9 @@ def guards(lab):
 
 
 @grader.check(10, f"{CROWD} clients at once, each answered twice, then "
-              f"{len(FILES)} files asked for at once: each thread its own "
-              "stack and memory")
+              f"{len(FILES)} files asked for at once, then {CROWD_MAX} "
+              "clients at once: each thread its own stack and memory, "
+              f"each stack at most {STACK_KB} KiB")
 def crowd(lab):
     raise_open_file_limit()
     server = start(lab)
@@ -330,6 +345,24 @@ def crowd(lab):
                    f"for at once: {failures(done)} (a Length failure is "
                    "another file's bytes: a buffer the threads share?)")
     alive(lab, server, f"{len(FILES)} keep-alive loads at once")
+    try:  # the most clients a stack size must hold, at once
+        clients = asking_clients(server.port, CROWD_MAX,
+                                 b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n")
+        threads = threads_for(lab, server, CROWD_MAX)
+        sizes = sorted({size for size, _ in thread_stacks(server.pid)})
+        for c in clients:
+            c.close()
+    except OSError:
+        alive(lab, server, f"{CROWD_MAX} clients at once")
+        raise
+    lab.expect(sizes and sizes[-1] <= STACK_KB, f"thread stacks of "
+               f"{sizes[-8:]} KiB with {CROWD_MAX} clients at once "
+               f"({threads} threads), each having sent part of a request: "
+               f"every thread's stack at most {STACK_KB} KiB with up to "
+               f"{CROWD_MAX} clients (stacks kept ready ran out, a pool "
+               "capped below that?: a thread then given glibc's default, "
+               f"8 MiB, is the lab's problem back); {WATCH}")
+    return f"{threads - 1} threads at most, stacks of {sizes} KiB"
 
 
 def guarded_stacks(pid):
@@ -462,17 +495,79 @@ def spurned(lab, server, count):
             raise
 
 
+def accept_free(lab, server):
+    """While every other pthread_create() fails: two clients that send part
+    of a request and stay (one of them refused a thread), then GETs until
+    one is answered (a GET refused a thread is closed: the next one): the
+    seconds the first answer took, or None if none came within
+    HELD_UP_S."""
+    stalled, began, answer, took = [], time.monotonic(), None, None
+    try:
+        for _ in range(2):
+            s = socket.create_connection(("127.0.0.1", server.port),
+                                         timeout=seconds(5))
+            s.sendall(b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n")
+            stalled.append(s)
+        began = time.monotonic()
+        deadline = began + seconds(HELD_UP_S)
+        for _ in range(8):
+            left = deadline - time.monotonic()
+            if left <= 0 or answer is not None:
+                break
+            try:
+                with socket.create_connection(("127.0.0.1", server.port),
+                                              timeout=left) as c:
+                    c.sendall(b"GET /style.css HTTP/1.0\r\n\r\n")
+                    data = b""
+                    while True:
+                        c.settimeout(max(0.01, deadline - time.monotonic()))
+                        chunk = c.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                if data:
+                    answer = data.split(b"\r\n", 1)[0]
+                    took = time.monotonic() - began
+            except ConnectionError:
+                continue  # refused a thread, dropped: the next one
+            except socket.timeout:
+                break
+    finally:
+        for s in stalled:
+            s.close()
+    alive(lab, server, "a GET while every other pthread_create() failed and "
+          "a client refused a thread had sent part of its request")
+    lab.expect(answer is not None, f"GET /style.css not answered within "
+               f"{seconds(HELD_UP_S):.1f} s while every other "
+               "pthread_create() failed and a client refused a thread had "
+               "sent part of its request and waited (strace -e inject=clone,"
+               "clone3:error=EAGAIN:when=2+2 -p PID): the accept loop must "
+               "never wait on one client; one served on the accept thread "
+               "itself stops accept() for everyone until its request times "
+               "out (10 s): drop it (close) and keep accepting")
+    lab.expect(answer.startswith(b"HTTP/1.") and b" 200 " in answer + b" ",
+               f"GET /style.css answered {answer[:40]!r} while "
+               "pthread_create() was failing")
+    return took
+
+
 @grader.check(10, f"out of threads (every other pthread_create() fails, "
-              f"{SPURNED} connections) and out of address space (RLIMIT_AS, "
+              f"{SPURNED} connections, then a client refused a thread that "
+              "stalls) and out of address space (RLIMIT_AS, "
               f"{STARVED} clients at once): clients dropped, nothing kept, "
-              "the server lives")
+              "accept never held up, the server lives")
 def out_of_threads(lab):
     server = start(lab)
     spurned(lab, server, SPURNED // 5)
     before = footprint(server.pid)[:2]
-    _strace(server.pid, ["clone", "clone3"], lambda: spurned(
-        lab, server, SPURNED), "-e", "inject=clone,clone3:error=EAGAIN:"
-        "when=2+2")
+    took = []
+
+    def refusing():
+        spurned(lab, server, SPURNED)
+        took.append(accept_free(lab, server))
+
+    _strace(server.pid, ["clone", "clone3"], refusing, "-e",
+            "inject=clone,clone3:error=EAGAIN:when=2+2")
     grown = wait_for(lambda: [a - b for a, b in zip(footprint(server.pid),
                                                     before)],
                      lambda g: all(x <= s for x, s in zip(g, SPURN_SLACK)),
@@ -521,7 +616,9 @@ def out_of_threads(lab):
                "address space had run out and the clients had gone")
     server.stop()
     return (f"{grown[0]:+} KiB, {grown[1]:+} mappings after {SPURNED} "
-            f"connections, half refused a thread; alive past {held} KiB")
+            f"connections, half refused a thread; a GET answered in "
+            f"{took[0] * 1000:.0f} ms beside a stalled client; alive past "
+            f"{held} KiB")
 
 
 @grader.check(10, f"{SERIAL} connections one after another, {ERRORS} "
@@ -731,6 +828,66 @@ def static_pointers(code):
     return found
 
 
+def static_objects(code):
+    """{name: (its struct or union tag or typedef name, scope)} of the
+    objects in static storage (at file scope, or static in a function) of
+    a struct or union type: not const, not thread-local, not extern, not a
+    pointer to one (scope: the function's name, or None)."""
+    found, bodies = {}, aggregate_bodies(code)
+    decl = re.compile(r"\s*(?:static\s+)?(?:volatile\s+)?(?:(struct|union)"
+                      r"\s+)?([A-Za-z_]\w*)\s+([A-Za-z_]\w*)\s*(?=[;=\[,])")
+
+    def objects(text, scope):
+        head = text.split("=")[0]
+        if "(" in head or re.search(r"\b(const|_Thread_local|__thread|"
+                                    r"thread_local|typedef|extern)\b", head):
+            return
+        m = decl.match(head + ";")
+        if m and (m[1] or m[2] in bodies):
+            found[m[3]] = (m[2], scope)
+
+    for _, text in file_scope(code):
+        objects(text, None)
+    for name, (_, body) in function_names(code).items():
+        for m in re.finditer(r"\bstatic\b[^;{}()]*", body):
+            objects(m[0], name)
+    return found
+
+
+def aggregate_bodies(code):
+    """{struct/union tag or typedef name: its members' text} in code."""
+    bodies = {}
+    for m in re.finditer(r"\b(?:struct|union)\s+([A-Za-z_]\w*)?\s*\{", code):
+        end = closing(code, m.end() - 1)
+        body = code[m.end():end]
+        if m[1]:
+            bodies[m[1]] = body
+        named = re.match(r"\s*([A-Za-z_]\w*)\s*;", code[end + 1:])
+        if named and re.search(r"\btypedef\s*$", code[:m.start()]):
+            bodies[named[1]] = body
+    return bodies
+
+
+def static_members(code):
+    """[(offset, object, member, allocator)] of each byte pointer member
+    (char *, uint8_t *, void *; not a pointer to const) of an object in
+    static storage (static_objects) that code sets from an allocator
+    (server.location = malloc(...)): one heap buffer behind a member of a
+    static struct is one buffer that every thread writes, all the same."""
+    objects, bodies, found = static_objects(code), aggregate_bodies(code), []
+    for m in re.finditer(rf"\b([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)\s*=\s*"
+                         rf"(?:\([^()]*\)\s*)?({ALLOCATORS})\s*\(", code):
+        if m[1] not in objects:
+            continue
+        body = bodies.get(objects[m[1]][0], "")
+        member = re.search(rf"(?:^|(?<=[;{{]))([^;{{}}]*?)\*\s*{m[2]}\s*"
+                           r"(?=[;,\[])", body)
+        if member and re.search(BYTE_TYPES, member[1]) and not re.search(
+                r"\bconst\b", member[1]):
+            found.append((m.start(), m[1], m[2], m[3]))
+    return found
+
+
 BYTE_MEMBER = re.compile(r"(?:^|(?<=[;{]))\s*((?:(?!\bconst\b)[^;{}*])*?\b(?:char|"
                          r"u?int8_t|u_char)\b[^;{}*()]*?\b([A-Za-z_]\w*)"
                          r"\s*\[)")
@@ -885,6 +1042,15 @@ def shared_buffers(lab):
                    "redirect's Location); a buffer stays on the stack (it "
                    "is what the stack is for) or is allocated per request "
                    "(and freed)")
+    for at, name, member, allocator in static_members(code):
+        line = code.count("\n", 0, at) + 1
+        lab.expect(False, f"{name}.{member}, a pointer in {name} (static "
+                   f"storage), is set from {allocator}() (line {line}: "
+                   f"{lines[line - 1].strip()[:70]!r}): one heap buffer that "
+                   "every thread writes at once, so a request can be "
+                   "answered with another's bytes (another redirect's "
+                   "Location); a buffer stays on the stack (it is what the "
+                   "stack is for) or is allocated per request (and freed)")
     return "no static buffer"
 
 
