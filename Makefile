@@ -60,6 +60,7 @@ deps:
 # the CPUs 77% busy (with 581 and 83 answers on 11-27: 1,441-1,473 s).
 TEST_JOBS ?= 8
 LAB_JOBS  ?= 8
+LAB_MOST  ?= 16
 PYTEST = "$$(tools/python pytest httplint xdist)" -m pytest tests/
 LAB_LOG := labs/work/check.log
 
@@ -67,7 +68,8 @@ test: deps
 	$(MAKE) check-sync format-check
 	$(MAKE) -j 2 all
 	@mkdir -p $(dir $(LAB_LOG))
-	tools/lab check -j $(LAB_JOBS) --times $(LAB_LOG:.log=-times.tsv) \
+	tools/lab check -j $(LAB_JOBS) --most $(LAB_MOST) \
+	    --times $(LAB_LOG:.log=-times.tsv) \
 	    > $(LAB_LOG) 2>&1 & labs=$$!; \
 	trap 'kill $$labs 2>/dev/null' INT TERM; \
 	$(MAKE) -j 2 asan && fuzz/run --check && \
