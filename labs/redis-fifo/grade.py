@@ -32,6 +32,8 @@ CONNECT_LIMIT = 0.07  # seconds for a static page read in the same loop
 RECONNECT_TRIES = 10  # pages, 0.2 s apart, until one connects again (strace)
 WAITERS = 3  # guestbook requests parked on the stalled Redis
 REPLY_LIMIT = 2.0  # seconds a page may wait on a stalled Redis (it has 1 s)
+HANG_LIMIT = 3.0  # seconds for a page that comes while a connect hangs (the
+# connect's 1 s clock; one restarted per newcomer: 1 s past the last page)
 STREAM = 15  # pages arriving on a stalled Redis, one every STREAM_EVERY s
 STREAM_EVERY = 0.2
 PAUSE = 0.25  # a Redis pause the server must sit out (its timeout is 1 s)
@@ -55,6 +57,10 @@ CROSSINGS = 3  # times a page's reply, then a new page, come in one turn
 FIFO_SLOTS = 64  # FIFO_INITIAL: a FIFO that cannot grow holds this many
 AT_ONCE_PAGES = 200  # guestbook pages at once: more waiters than that
 PAUSE_PAGES = 1500  # pages waiting out a pause: more than MAX_EVENTS (1,024)
+BURST_PAGES = 3000  # then, Redis healthy, pages read in one loop turn (its
+# accept loop reads each new client at once): that many waiters, more than
+# twice MAX_EVENTS (a cap of 2 x MAX_EVENTS refuses some); under somaxconn
+# (4,096), so that all of them wait in the stopped server's accept queue
 MID_PAUSE = 5000  # ms of CLIENT PAUSE WRITE: reads answered, INCR not
 GONE_POSTS = 2000  # big posts while Redis is gone, each answered 503
 RECONNECTS = 20  # links Redis drops (CLIENT KILL), each with a big reply read
@@ -65,6 +71,13 @@ FITS = 250  # of them answered 303 at least: about 680 fit in 4 MiB
 LEAK_PAGES = 20000  # keep-alive guestbook pages: nothing kept per page
 GHOSTS = [f"ghost{k}" for k in range(8)]  # posts answered 503 in a backoff
 FAILED_CONNECTS = 12  # links dropped, the next socket() failing each time
+FAILING_PAGES = 40  # pages, one every GONE_EVERY s, while socket() fails
+SOCKET_TRIES = 4  # socket() calls for them within TRIES_WITHIN s of the
+TRIES_WITHIN = 3.0  # first: backoffs of 100, 200, 400 ms (0.7 s) that
+# double; a failure counted twice (400, 1600, 2000 ms) makes the fourth 4 s
+SOON = 0.6  # s for each of them but the first 3 (AT_ONCE) to get its 503,
+# on a busy machine, with strace attached: a page parked with no link waits
+# for the next connect or the 1 s clock (by the fourth, 0.8 s at least)
 # A malloc() that fails for the FIFO's first growth (64 -> 128 pointers,
 # 1,024 bytes) and nothing else the server asks for (fault injection), in
 # the library that counts the heap blocks in use (grading.heap_blocks).
@@ -247,7 +260,8 @@ def stalled_mid_page(lab):
 
 
 @grader.check(5, f"Redis pauses {PAUSE} s (under its 1 s timeout) with "
-              f"{PAUSE_PAGES} pages waiting: every one still served")
+              f"{PAUSE_PAGES} pages waiting: every one still served; then "
+              f"{BURST_PAGES} waiting at once: none refused")
 def pause_sat_out(lab):
     raise_open_file_limit()
     server = lab.start()
@@ -268,9 +282,31 @@ def pause_sat_out(lab):
                f"{sorted(set(statuses) - {200})}) after a {PAUSE} s pause of "
                "Redis, which has REDIS_TIMEOUT_MS (1 s) to answer: the reply "
                f"clock is too short, or the FIFO did not grow past its first "
-               f"{FIFO_SLOTS} waiters, or it refuses waiters past a cap (more "
-               "than MAX_EVENTS wait on a busy server); watch it: redis-cli "
-               "CLIENT PAUSE 250 while ab -n 1500 -c 1500 "
+               f"{FIFO_SLOTS} waiters, or it refuses waiters past a cap of its "
+               "own (the FIFO has none: any number of clients, twice "
+               "MAX_EVENTS and more, can wait on a busy server; only a "
+               "malloc() that fails refuses one); watch it: redis-cli "
+               f"CLIENT PAUSE 250 while ab -n {PAUSE_PAGES} -c {PAUSE_PAGES} "
+               "http://127.0.0.1:8000/guestbook")
+    # More waiters than twice MAX_EVENTS, Redis healthy: the server's
+    # accept loop takes every one of them in one loop turn, so they are all
+    # in the FIFO together before the first reply can be read.
+    for attempt in (1, 2):  # a busy machine can make a reply miss its 1 s
+        with stopped(server.pid):
+            waiting = send_page_requests(server.port, BURST_PAGES)
+        statuses = [status_of_or_0(s) for s in waiting]
+        if statuses == [200] * BURST_PAGES:
+            return "all 200" + ("" if attempt == 1 else " on a second try")
+        wait_for(lambda: get(server.port, "/guestbook")[0],
+                 lambda st: st == 200, limit=BACK)  # the link back, if lost
+    lab.expect(False, f"{statuses.count(200)} of {BURST_PAGES} pages 200 "
+               f"(others: {sorted(set(statuses) - {200})}), on the second of "
+               "two tries, when they came in one loop turn with Redis "
+               f"healthy ({BURST_PAGES} waiters at once, more than twice "
+               "MAX_EVENTS): the FIFO refuses waiters past a cap of its own "
+               "(it has none: any number of clients can wait on a busy "
+               "server; only a malloc() that fails refuses one); watch it: "
+               f"ab -n {BURST_PAGES} -c {BURST_PAGES} "
                "http://127.0.0.1:8000/guestbook")
 
 
@@ -465,8 +501,9 @@ def waits_on_connect(text, port):
 
 @grader.check(10, "a connect to Redis that hangs (its SYNs unanswered) "
               f"blocks nothing: a static page in the same turn answered "
-              f"within {CONNECT_LIMIT} s, the page 503 in 3 s, and no wait "
-              "on the connect (strace)")
+              f"within {CONNECT_LIMIT} s, the page 503 in 3 s, a page "
+              f"every {STREAM_EVERY} s meanwhile each 503 within "
+              f"{HANG_LIMIT:.0f} s, and no wait on the connect (strace)")
 def connect_never_blocks(lab):
     lab.redis.stop()
     holder = socket.socket()  # a port whose accept queue is full: the
@@ -504,11 +541,32 @@ def connect_never_blocks(lab):
                    "period); redis_connect() connects without waiting, and "
                    "the link's EPOLLOUT says when it is done")
         took_static = took
+        # Pages keep coming while the connect hangs (and the connects after
+        # it, each started once the backoff is over): each waits on its
+        # connect's own 1 s clock, which a newcomer does not restart.
+        stream = answer_times(server.port, STREAM, STREAM_EVERY,
+                              limit=HANG_LIMIT + 1)
         page.settimeout(seconds(REPLY_LIMIT + 1))
         try:
             got = status_of(page)
         except OSError:
             got = 0
+        late = [(k, status, took) for k, (status, took) in enumerate(stream)
+                if status != 503 or took is None
+                or took > seconds(HANG_LIMIT)]
+        lab.expect(not late, f"of {STREAM} pages, one every {STREAM_EVERY} "
+                   "s while connects to Redis hang (its SYNs unanswered), "
+                   f"{len(late)} were not answered 503 within {HANG_LIMIT} "
+                   "s (" + ", ".join(
+                       f"page {k}: {status or 'nothing'}" + (
+                           f" after {took:.1f} s" if took is not None else "")
+                       for k, status, took in late[:3]) + "; the page that "
+                   f"started the first connect: {got or 'nothing'}): a page "
+                   "that comes while the link is connecting waits on the "
+                   "connect's own clock (redis_connect() sets rd->deadline); "
+                   "restarting it for each newcomer keeps a hanging connect "
+                   "alive for as long as pages keep coming; set it only when "
+                   "the FIFO was empty and no connect is under way")
         lab.expect(got == 503, f"the guestbook page waiting on a connect "
                    f"that hangs was answered {got or 'nothing'} within "
                    f"{REPLY_LIMIT + 1:.0f} s: the connect has the reply "
@@ -533,7 +591,8 @@ def connect_never_blocks(lab):
                "answer); redis_connect() connects without waiting, and the "
                "link's EPOLLOUT says when it is done; watch it: strace -e "
                "trace=connect,poll,epoll_wait -p $(pgrep -x epoll)")
-    return f"GET / in {took_static * 1000:.0f} ms"
+    return (f"GET / in {took_static * 1000:.0f} ms, slowest of the stream "
+            f"{max(took for _, took in stream):.2f} s")
 
 
 def redis_sends_in_turns(text):
@@ -960,7 +1019,8 @@ def connect_fails_at_once(lab):
     got, posts = [], []
 
     def refused():
-        got.extend(answer_times(server.port, 3, 0.3, limit=2))
+        got.extend(answer_times(server.port, FAILING_PAGES, GONE_EVERY,
+                                limit=2))
         # Posts in one loop turn: the first finds the backoff over and its
         # connect fails at once (socket()), or the backoff still runs; the
         # others come while it does, whatever the machine's pace.
@@ -972,13 +1032,35 @@ def connect_fails_at_once(lab):
             s.settimeout(seconds(REPLY_LIMIT))
         posts[:] = [status_of_or_0(s) for s in posts]
 
-    failing(server.pid, "socket", "EMFILE", refused)
-    slow = [(st, took) for st, took in got
-            if st != 503 or took is None or took > seconds(AT_ONCE)]
-    lab.expect(not slow, f"{len(slow)} of 3 pages not answered 503 within "
-               f"{AT_ONCE} s while socket() failed (EMFILE): when "
-               "redis_connect() fails there is no link to wait on; answer "
-               "at once")
+    trace = _strace(server.pid, ["socket"], refused, "-f", "-ttt", "-e",
+                    "inject=socket:error=EMFILE")  # every socket() fails
+    # The first pages at once (the first one's connect fails, the next
+    # come in its backoff: none has a link to wait on), the rest soon (a
+    # busy machine slows a traced server down).
+    slow = [(k, st, took) for k, (st, took) in enumerate(got)
+            if st != 503 or took is None
+            or took > seconds(AT_ONCE if k < 3 else SOON)]
+    lab.expect(not slow, f"{len(slow)} of {FAILING_PAGES} pages, one every "
+               f"{GONE_EVERY} s, not answered 503 within {AT_ONCE} s (the "
+               f"first 3) or {SOON} s (the rest) while socket() failed "
+               "(EMFILE): " + ", ".join(
+                   f"page {k}: {st or 'nothing'}" + (
+                       f" after {took:.2f} s" if took is not None else "")
+                   for k, st, took in slow[:3]) + ": when redis_connect() "
+               "fails there is no link to wait on; answer at once")
+    tries = [float(t) for t in re.findall(r"(\d+\.\d+) socket\(", trace)]
+    early = [t - tries[0] for t in tries if t - tries[0] <= TRIES_WITHIN]
+    lab.expect(len(early) >= SOCKET_TRIES, f"{len(early)} socket() calls "
+               f"within {TRIES_WITHIN:.0f} s of the first (at " + ", ".join(
+                   f"{t:.2f}" for t in early) + f" s; {len(tries)} in all) "
+               f"while a page came every {GONE_EVERY} s and every socket() "
+               f"failed (EMFILE): at least {SOCKET_TRIES}, after backoffs "
+               "of 100, 200 and 400 ms; the backoff doubles once per "
+               "failure, and redis_connect() has already counted this one "
+               "(its redis_fail() doubles it): doubling it again in "
+               "redis_queue() makes it grow 4x; watch it: strace -r -e "
+               "trace=socket -e inject=socket:error=EMFILE -p $(pgrep -x "
+               "epoll) while curl asks for /guestbook every 0.05 s")
     lab.expect(posts == [503] * len(GHOSTS), f"{len(GHOSTS)} posts in one "
                f"loop turn while socket() failed were answered {posts} "
                f"within {REPLY_LIMIT} s: each one 503, with no link")
@@ -1030,7 +1112,9 @@ def connect_fails_at_once(lab):
                "built for a page is not freed when the connect fails; "
                "watch: valgrind --leak-check=full ./epoll 8000 with "
                "ulimit -n too low for the link")
-    return f"{more:+} blocks after {FAILED_CONNECTS} failed connects"
+    return ("socket() at " + ", ".join(f"{t:.2f}" for t in early) +
+            " s, slowest 503 " + f"{max(took for _, took in got):.2f}" +
+            f" s; {more:+} blocks after {FAILED_CONNECTS} failed connects")
 
 
 @grader.check(5, f"the guestbook works: {AT_ONCE_PAGES} pages at once, a "
