@@ -5,7 +5,8 @@ Each check probes one way a supervisor goes wrong: deaths that pile up
 under one SIGCHLD (it replaces one), a replacement that is not recorded in
 its slot (it is not replaced in turn, nor stopped), a replacement forked
 unlike the first workers (a different signal mask, or one that does not
-serve), a supervisor that blocks (it never takes SIGTERM), and one that
+serve), a supervisor that blocks (it never takes SIGTERM, or forks
+inside its reap loop while each new worker dies at once), and one that
 loses a death: behind a stopped worker, during a fork, behind a failed
 fork, when its replacement fails as it starts, or on its way back to its
 wait; and one whose memory grows with every death. Counts, never speeds;
@@ -23,9 +24,10 @@ import subprocess
 import time
 
 from grading import (Grader, HeldClients, Unmet, _strace,  # labs/
-                     cpu_seconds, failing, get, live_children, seconds,
-                     slowed, status_field, stopped, wait_for,
+                     cpu_seconds, failing, get, heap_blocks, live_children,
+                     seconds, slowed, status_field, stopped, wait_for,
                      zombie_children)
+from processes import SUMMARY_RE, descendants  # tests/, on grading's path
 
 WORKERS = 4
 # A bigger pool, most of it dying at once: more deaths behind one SIGCHLD
@@ -39,6 +41,11 @@ DYING = 2100  # more than a fixed batch of 2048 too
 # grow by LEAK_SLACK_KB at most (the reference: 0).
 LEAK_STARTS = 400
 LEAK_SLACK_KB = 1024
+# ...and the heap blocks it holds (counted by grading.heap_blocks' shim)
+# may grow by LEAK_SLACK_BLOCKS at most: a list of the dead realloc()ed on
+# each call and never freed is one block a call, 32 bytes, 400 blocks over
+# the 400 calls (13 kB: far under LEAK_SLACK_KB; the reference: 0 blocks).
+LEAK_SLACK_BLOCKS = 100
 CROWD_REFILL = 8  # s for the 2100 forks: 2 s was too few at 8 gradings at
 # once (1,230 of 2,200 back); a cap or batch leaves its dead for ever
 ROUNDS = 8  # generations of replacements, each killed in turn
@@ -50,6 +57,8 @@ INHERITED = (signal.SIGUSR2,)
 # from the supervisor's own mask minus SIGCHLD, SIGINT and SIGTERM (not the
 # saved one) then differs from the first workers'.
 LIKE_FIRST_BLOCKED = (signal.SIGUSR2, signal.SIGCHLD)
+MASK_SET = 10  # s a child may take to set its mask after its fork (a wait
+# that ends as soon as it has)
 DEATHS = {"SIGTERM (it exits normally, status 0)": signal.SIGTERM,
           "SIGSEGV (a crash)": signal.SIGSEGV,
           "SIGKILL": signal.SIGKILL}
@@ -58,14 +67,34 @@ WATCH = ("watch: ZEROHTTPD_WORKERS=4 ./preforked 8000 & kill -9 "
 STARTS_FAIL = 15  # replacements in a row that fail as they start (more
 # than a crash-loop guard that gives a slot up after 10 young deaths)
 START_DELAY = 0.15  # s each fork() of the supervisor returns late then
-STARTS_FAIL_RUN = 100  # last, at full speed, this many in a row in one
-# slot (more than a guard that gives a slot up after 20 or 50)
+STARTS_FAIL_RUN = 3000  # last, at full speed, this many in a row in one
+# slot (more than a guard that gives a slot up after 20, 50, 100 or 1000;
+# the reference takes about 1 s for 3000, 2 s at a load of 150, with
+# 0.2 CPU-s of its own; a guard that counts a death as young under 1 s
+# may miss a few at such a load, and must still reach 1000 in a row)
+STARTS_FAIL_STALL = 5  # s without one more failing start: the slot is
+# given up (the wait for the STARTS_FAIL_RUN ends there, at most 30 s)
 STARTS_FAIL_MANY = 60  # then, every worker dead, this many fail in a row
 # SIGTERM is taken within this many seconds while fork() fails and while
 # workers fail as they start: a supervisor never sleeps (a pause before a
 # replacement, a retry of a failed fork after a pause): it would be deaf
 # to SIGTERM meanwhile, and leave the other dead unreaped.
 STOP_WHILE_FAILING = 1
+# slow_fork_deaths: every new worker fails as it starts while each fork()
+# of the supervisor returns this many seconds late (each dead long before
+# its fork() returns): a supervisor that forks inside its waitpid() loop
+# reaps it at the next waitpid() and forks again, for ever, never back in
+# sigwait() to take SIGTERM. The reference takes SIGTERM once the fork
+# under way returns: within SLOW_FORK + STOP_WHILE_FAILING.
+SLOW_FORK = 0.5
+EVERY_START = 10 ** 6  # failing starts asked for there: all of them
+# sigint_stops then: fork() fails with ENOMEM (not EAGAIN: memory or
+# cgroup pressure) for this many seconds with every worker dead before
+# SIGINT, which must stop the server within STOP_WHILE_FAILING: longer than
+# the 1.5 s a retry backoff doubling from 0.1 s takes to reach 1.6 s, whose
+# timespec {0, 1600 ms} is invalid (sigtimedwait() fails with EINVAL at
+# once: a spin of failed forks, deaf to every signal).
+FORK_FAIL_LONG = 3
 # fork_fails: a pool of this many, all killed while fork() fails, so that a
 # pause per empty slot (a retry of a failed fork after 50 ms) adds up.
 FORK_FAIL_POOL = 60
@@ -268,7 +297,7 @@ def bursts(lab):
              "supervisor could not run (one SIGCHLD stood for all)")
 
 
-@grader.check(10, f"a replacement that dies is replaced in turn, {ROUNDS} "
+@grader.check(5, f"a replacement that dies is replaced in turn, {ROUNDS} "
               "times")
 def generations(lab):
     server, workers = pool(lab)
@@ -287,17 +316,25 @@ def generations(lab):
               "mask) and serve")
 def like_first(lab):
     server, workers = pool(lab, blocked=LIKE_FIRST_BLOCKED)
-    own = status_field_text(server.pid, "SigBlk")  # the supervisor's
-    mask = wait_for(lambda: status_field_text(workers[-1], "SigBlk"),
-                    lambda m: m != own, limit=2)  # once set in the child
+    # A first worker's mask, once it has set it: once it sleeps (in
+    # accept()). A child just forked has the supervisor's mask until its
+    # own sigprocmask(), seconds later on a loaded machine; and the
+    # supervisor's SigBlk is no yardstick: while it waits in sigwait() the
+    # kernel shows its mask without the signals it waits for.
+    wait_for(lambda: settled(workers[-1]), bool, limit=MASK_SET)
+    mask = status_field_text(workers[-1], "SigBlk")
     kill(workers[:-1])
     fresh = refilled(lab, server, workers[:-1], f"SIGKILL to {WORKERS - 1} "
                      "workers")
     for pid in set(fresh) - set(workers):
         # A child just forked has the supervisor's mask until its own
-        # sigprocmask(), a moment later: wait for it.
-        got = wait_for(lambda: status_field_text(pid, "SigBlk"),
-                       lambda m: m == mask, limit=2)
+        # sigprocmask(), a moment later (seconds on a loaded machine): wait
+        # until its mask is the first workers', or it sleeps (in accept():
+        # past any sigprocmask() of its own, if it has one, right or wrong)
+        # or is gone.
+        wait_for(lambda: status_field_text(pid, "SigBlk"),
+                 lambda m: m == mask or settled(pid), limit=MASK_SET)
+        got = status_field_text(pid, "SigBlk")
         lab.expect(got == mask, f"a replacement blocks signals {got}, the "
                    f"first workers {mask} (the server was started with "
                    "SIGUSR2 and SIGCHLD blocked, as a shell may start it: "
@@ -358,6 +395,12 @@ def no_orphans(lab):
                "and exit)")
 
 
+def settled(pid):
+    """pid sleeps (a worker blocked in accept(), done with its setup) or
+    is gone."""
+    return status_field_text(pid, "State")[:1] in ("S", "(", "Z")
+
+
 def alive(pid):
     """pid runs (not gone, not a zombie waiting for its new parent)."""
     return status_field_text(pid, "State")[:1] not in ("Z", "(")
@@ -369,7 +412,11 @@ def alive(pid):
               "not grow")
 def many_die(lab):
     starts = FailingStarts(lab)
-    server, workers = pool(lab, CROWD, env=starts.env)
+    heap_env, blocks = heap_blocks(lab)  # heap blocks in use, counted
+    env = {**starts.env, "LD_PRELOAD": f"{starts.env['LD_PRELOAD']} "
+           f"{heap_env['LD_PRELOAD']}", **{k: v for k, v in heap_env.items()
+                                          if k != "LD_PRELOAD"}}
+    server, workers = pool(lab, CROWD, env=env)
     victims = workers[:DYING]
     with halted(server.pid):  # the deaths pile up; signals do not queue
         for k, victim in enumerate(victims):
@@ -386,6 +433,7 @@ def many_die(lab):
     # (malloc() of an array of n dead) must be given back: a supervisor
     # runs for months.
     before = status_field(server.pid, "VmData")
+    held = blocks()  # (the workers share the counter: they allocate none)
     starts.fail(LEAK_STARTS)
     kill(now[:1])
     still = wait_for(starts.left, lambda n: n == 0, limit=10)
@@ -402,6 +450,16 @@ def many_die(lab):
                "for n) is never freed, and a supervisor runs for months; "
                "use a static array, or free() it; watch: grep VmData "
                "/proc/PID/status while you kill -9 workers")
+    more = blocks() - held
+    lab.expect(more <= LEAK_SLACK_BLOCKS, f"the supervisor holds {more} more "
+               f"heap blocks (at most {LEAK_SLACK_BLOCKS}) after "
+               f"{LEAK_STARTS} failing starts in a row, each a SIGCHLD, each "
+               "a call of replace_workers(): something it allocates on a call "
+               "(a list of the dead, malloc()ed or realloc()ed as it grows) "
+               "is never freed, a block per death, and a supervisor runs for "
+               "months; free() it before returning, or use a static array; "
+               "watch: valgrind --leak-check=full ./preforked 8000 while "
+               "you kill -9 workers")
 
 
 @grader.check(5, "a worker stopped and continued (SIGSTOP, SIGCONT) is not "
@@ -453,9 +511,22 @@ def stopped_worker(lab):
                    "after the supervisor refilled the pool: the supervisor "
                    "continued them (SIGCONT) against the operator's stop; "
                    "leave a stopped worker stopped")
-    finally:
+    except BaseException:
         kill([p for p in held if alive(p)], signal.SIGCONT)
-    stops(lab, server)
+        raise
+    # SIGTERM with the three still stopped: the stop must continue them
+    # (the starter's sends SIGCONT after SIGTERM), or it waits for ever.
+    try:
+        server.terminate(timeout=seconds(5))
+        server.check_exit()
+    except AssertionError as error:
+        server.cleanup()  # SIGKILL it and its workers now
+        raise Unmet(f"no clean stop with {len(held)} workers stopped "
+                    f"(SIGSTOP) at SIGTERM ({str(error)[:120]}): a stopped "
+                    "worker acts on SIGTERM only once continued, and the "
+                    "supervisor waits for it; the starter's stop sends "
+                    "SIGCONT after SIGTERM to each worker: keep it; watch: "
+                    "kill -STOP a worker, then kill -TERM PID") from None
 
 
 def stopped_state(pid):
@@ -539,7 +610,14 @@ def fork_fails(lab):
     stop = []
 
     def deaths_then_stop_while_fork_fails():
-        kill(live)
+        # Every death behind one SIGCHLD: a supervisor that pauses per
+        # empty slot has all of them to walk before it can take SIGTERM
+        # (killed while it ran, it took a few deaths a call, as they
+        # came, and passed 1 time in 3).
+        with halted(server.pid):
+            kill(live)
+            wait_for(lambda: len(zombie_children(server.pid)),
+                     lambda n: n >= len(live), limit=5)
         wait_for(lambda: [p for p in live if not os.path.exists(f"/proc/{p}")],
                  lambda gone: gone, limit=2)  # the first reaped
         reaped.extend(p for p in live if not os.path.exists(f"/proc/{p}"))
@@ -555,7 +633,8 @@ def fork_fails(lab):
         server.cleanup()  # SIGKILL it and its workers now
         raise Unmet(f"{stop[0][:150]} (SIGTERM sent while fork() failed "
                     f"with EAGAIN, once the first of {len(live)} workers "
-                    "killed at once was reaped): a supervisor that retries a "
+                    "killed at once, behind one SIGCHLD, was reaped): a "
+                    "supervisor that retries a "
                     "failed fork() (in a loop, or once after a pause: 50 ms "
                     "per empty slot is seconds for a pool this size) "
                     "is deaf to SIGTERM for as long as it retries, for each "
@@ -757,22 +836,86 @@ def fails_at_start(lab):
     # Last, on a fresh server: one worker is killed and the next
     # STARTS_FAIL_RUN starts fail, at full speed: its slot sees that many
     # young deaths in a row, and must still be refilled (a crash-loop guard
-    # that gives a slot up after 20, 50 or 100 shrinks the pool for good).
+    # that gives a slot up after 20, 50, 100 or 1000 shrinks the pool for
+    # good).
     starts.fail(-starts.left())  # what the stop above left unused
     server, workers = pool(lab, env=starts.env)
     starts.fail(STARTS_FAIL_RUN)
     kill(workers[:1])
-    still = wait_for(starts.left, lambda n: n == 0, limit=5)
+    still = drained(starts, STARTS_FAIL_STALL, limit=30)
+    happened = (f" ({STARTS_FAIL_RUN - still} of them happened, then none "
+                f"for {seconds(STARTS_FAIL_STALL):.0f} s)" if still else "")
     refilled(lab, server, workers[:1], f"SIGKILL to one worker, whose "
              f"replacements then failed as they started, {STARTS_FAIL_RUN} "
-             f"in a row ({STARTS_FAIL_RUN - still} of them happened): a slot "
-             "is never given up, however many young deaths in a row (a "
-             "crash-loop guard that stops refilling shrinks the pool for "
-             "good); watch: strace -f -e inject=prctl:error=EPERM -p PID for "
-             "2 s while you kill -9 a worker, then ps -o pid,stat --ppid PID")
+             f"in a row{happened}: a slot is never given up, however many "
+             "young deaths in a row (a crash-loop guard that stops "
+             "refilling shrinks the pool for good); watch: strace -f -e "
+             "inject=prctl:error=EPERM -p PID for 5 s while you kill -9 a "
+             "worker, then ps -o pid,stat --ppid PID")
 
 
-@grader.check(5, "SIGINT (Ctrl-C) stops it as SIGTERM does")
+def drained(starts, stall, limit):
+    """Waits until every failing start asked for has happened, or none
+    has for `stall` seconds (a slot given up), at most `limit` seconds
+    (both stretched by TIMEOUT): how many are left."""
+    deadline = time.monotonic() + seconds(limit)
+    left, moved = starts.left(), time.monotonic()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = starts.left()
+        if now != left:
+            left, moved = now, time.monotonic()
+        elif time.monotonic() - moved > seconds(stall):
+            break
+    return left
+
+
+@grader.check(5, "while every new worker dies as it starts and each fork() "
+              f"returns {SLOW_FORK:g} s late, SIGTERM still stops it")
+def slow_fork_deaths(lab):
+    starts = FailingStarts(lab)
+    server, workers = pool(lab, env=starts.env)
+    stop = []
+
+    def deaths_then_stop():
+        starts.fail(EVERY_START)  # from now on, every start fails
+        kill(workers[:1])
+        wait_for(starts.left, lambda n: n <= EVERY_START - 2,
+                 limit=5)  # two replacements dead: well under way
+        try:
+            server.terminate(timeout=seconds(STOP_WHILE_FAILING + SLOW_FORK))
+        except AssertionError as error:
+            stop.append(str(error))
+        stop.append(EVERY_START - starts.left())
+
+    # Each fork() of the supervisor returns SLOW_FORK s late (strace, its
+    # main thread alone): each new worker has failed and exited before the
+    # supervisor sees its PID.
+    slowed(server.pid, "clone", seconds(SLOW_FORK), deaths_then_stop)
+    if len(stop) > 1:
+        starts.fail(-starts.left())  # starts work again
+        server.cleanup()  # SIGKILL it and its workers now
+        raise Unmet(f"{stop[0][:100]}: SIGTERM sent while every new worker "
+                    f"failed as it started ({stop[1]} had so far) and each "
+                    f"fork() of the supervisor returned {SLOW_FORK:g} s late "
+                    "(strace): a replace_workers() that forks inside its "
+                    "waitpid() loop finds each new worker dead already at "
+                    "the next waitpid() and forks again, for ever, never "
+                    "back in sigwait() to take SIGTERM; reap every dead "
+                    "worker first, then fork into each empty slot; watch: "
+                    "strace -e inject=clone:delay_exit=500000 -p PID and "
+                    "strace -f -e inject=prctl:error=EPERM -p PID, kill -9 a "
+                    "worker, then kill -TERM PID")
+    try:
+        server.check_exit()
+    except AssertionError as error:
+        raise Unmet(f"no clean stop while every new worker failed as it "
+                    f"started: {str(error)[:200]}") from None
+
+
+@grader.check(5, "SIGINT (Ctrl-C) stops it as SIGTERM does, also after "
+              f"fork() has failed with ENOMEM for {FORK_FAIL_LONG:g} s with "
+              "every worker dead")
 def sigint_stops(lab):
     server, workers = pool(lab)
     kill(workers[:1])
@@ -785,6 +928,62 @@ def sigint_stops(lab):
     seen = "still running after 5 s" if code is None else f"exit {code}"
     lab.expect(code == 0, f"SIGINT: {seen}: the supervisor must stop on "
                "SIGINT as on SIGTERM (both are in the set it waits for)")
+    # Then, on a fresh server, every fork() fails with ENOMEM (any error,
+    # not only EAGAIN, leaves a slot empty), all the workers die, and
+    # FORK_FAIL_LONG s later SIGINT must stop it within STOP_WHILE_FAILING,
+    # while fork() still fails: a wait between retries that leaves SIGINT
+    # out, or a retry backoff grown past 999 ms in tv_nsec (EINVAL at once:
+    # a spin deaf to every signal), keeps it running.
+    server, workers = pool(lab)
+    seen = []
+
+    def dead_then_sigint():
+        kill(workers)
+        wait_for(lambda: [p for p in workers if os.path.exists(f"/proc/{p}")],
+                 lambda left: not left, limit=2)  # all reaped (or orphaned)
+        before, start = cpu_seconds(server.pid), time.monotonic()
+        time.sleep(seconds(FORK_FAIL_LONG))
+        if server.proc.poll() is not None:
+            seen.append(f"the supervisor exited ({server.proc.poll()}) when "
+                        "fork() failed with ENOMEM for a replacement: "
+                        "EAGAIN is not the only error of fork() (ENOMEM: "
+                        "memory or a cgroup's limit); whatever the error, "
+                        "leave the slot empty and carry on; watch: strace -f "
+                        "-e inject=clone:error=ENOMEM -p PID, then kill -9 a "
+                        "worker")
+            return
+        used = (cpu_seconds(server.pid) - before) / (time.monotonic() - start)
+        server.workers = descendants(server.pid)  # for check_exit()
+        server.proc.send_signal(signal.SIGINT)
+        try:
+            server.result = server.proc.wait(
+                timeout=seconds(STOP_WHILE_FAILING))
+            server._read_stdout(SUMMARY_RE, time.monotonic() + 2)
+        except subprocess.TimeoutExpired:
+            seen.append(f"still running {seconds(STOP_WHILE_FAILING):.0f} s "
+                        f"after SIGINT, sent once fork() had failed (ENOMEM) "
+                        f"for {seconds(FORK_FAIL_LONG):g} s with all "
+                        f"{WORKERS} workers dead (the supervisor used "
+                        f"{used:.0%} of a CPU meanwhile): while a slot is "
+                        "empty it must stay awake to SIGINT as to SIGTERM "
+                        "and SIGCHLD (a sigtimedwait() between retries "
+                        "waits for all three), and a timeout whose tv_nsec "
+                        "is over 999999999 (a backoff of 1600 ms written "
+                        "{0, ms * 1000000L}) is invalid: sigtimedwait() "
+                        "fails with EINVAL at once, taking no signal, and "
+                        "the retries spin; watch: strace -f -e inject=clone:"
+                        "error=ENOMEM -p PID, kill -9 every worker, 3 s "
+                        "later kill -INT PID")
+
+    failing(server.pid, "clone", "ENOMEM", dead_then_sigint)
+    if seen:
+        server.cleanup()  # SIGKILL it and its workers now
+        raise Unmet(seen[0])
+    try:
+        server.check_exit()
+    except AssertionError as error:
+        raise Unmet(f"SIGINT while fork() failed: no clean stop: "
+                    f"{str(error)[:200]}") from None
 
 
 @grader.check(5, "every worker killed: the pool comes back, answers and "
