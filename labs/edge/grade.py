@@ -47,7 +47,10 @@ LINK_BACK = 0.5  # s after Redis closes the link: the reconnect's backoff
 # (100 ms) is over, the next page must be served
 REFUSED_BODY = 60000  # over MAX_BODY (18,932: 413), under LINGER_MAX_BYTES
 LINGERERS = 3
-REQUEST_BUFFER = 27124  # CONN_BUF_SIZE: MAX_HEAD (8,192) + MAX_BODY (18,932)
+MAX_HEAD = 8192  # the starter's MAX_HEAD: bytes of a request's head
+MAX_BODY = 18932  # the starter's MAX_BODY: bytes of a POST's body
+REQUEST_BUFFER = MAX_HEAD + MAX_BODY  # CONN_BUF_SIZE, 27,124: one whole
+# request fits, to its last byte
 LINGER_MAX = 64 << 10  # LINGER_MAX_BYTES: read after the refusal went out
 DRAIN_CHUNK = 4096  # the starter's DRAIN_CHUNK: bytes dropped per recv()
 DRAIN_READ = 128 << 10  # bytes read from a refused client in all: its
@@ -247,7 +250,8 @@ def pipelined(lab):
 
 @grader.check(5, f"{HALF_HEADS} clients holding half a request cost at most "
               f"{BUFFER_KIB} KiB each (the 26.5 KiB request buffer stays), "
-              f"{KEPT} idle kept-alive ones at most {KEPT_KIB} KiB each")
+              f"{KEPT} idle kept-alive ones at most {KEPT_KIB} KiB each; "
+              f"a request of exactly {REQUEST_BUFFER:,} bytes is answered")
 def buffer_bounded(lab):
     server = lab.start()
     before = status_field(server.pid, "VmSize")
@@ -281,7 +285,35 @@ def buffer_bounded(lab):
                f"most {KEPT_KIB}): an idle connection holds no request "
                "buffer (it is given back once a request is done and nothing "
                "more is in)")
+    answer = largest_request(server.port)
+    lab.expect(answer.startswith(b"HTTP/1.1 405"), "a request of exactly "
+               f"{REQUEST_BUFFER:,} bytes, the largest the request buffer "
+               f"promises to hold (an {MAX_HEAD:,}-byte head, MAX_HEAD, and a "
+               f"{MAX_BODY:,}-byte body, MAX_BODY; a POST to a page: 405 "
+               "once its body is in), sent at once: " + (
+                   f"answered {answer[:24]!r}" if answer else "no answer") +
+               f" within {SILENCE} s (the reference: at once): the reads "
+               "stopped short of CONN_BUF_SIZE (a byte kept for a '\\0'?), "
+               "and no edge comes for the bytes left in the socket; the "
+               "buffer must be filled to the last byte")
     return f"{each:.0f} KiB per client holding half a request, {idle:.1f} per idle one"
+
+
+def largest_request(port):
+    """What the server answers (its first bytes, b"" if none within SILENCE
+    s) to a POST /index.html of exactly REQUEST_BUFFER bytes, sent in one
+    go: a head of MAX_HEAD bytes (padded by a header), a body of MAX_BODY."""
+    head = (b"POST /index.html HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\nX-Pad: "
+            % MAX_BODY)
+    head += b"a" * (MAX_HEAD - len(head) - 4) + b"\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port),
+                                  timeout=seconds(SILENCE)) as s:
+        s.sendall(head + b"x" * MAX_BODY)
+        try:
+            return s.recv(65536)
+        except OSError:  # none within SILENCE s, or reset
+            return b""
 
 
 @grader.check(5, "an 8 MiB file reaches a client in full")
@@ -908,7 +940,8 @@ def head_begun_during_download(port, path, said):
 @grader.check(5, f"{CROWD:,} clients at once, all answered; out of "
               f"descriptors ({NOFILE} at most), {NOFILE + 20} clients at once: "
               "none left hanging, a new one served after; accept4() failing "
-              "with EMFILE while a client comes: it is served")
+              "with EMFILE (twice), or with ENOMEM (once), while a client "
+              "comes: it is served")
 def out_of_descriptors(lab):
     raise_open_file_limit()
     crowd_server = lab.start()
@@ -960,22 +993,12 @@ def paused_listener(lab, server):
     client comes, then works: the accept loop pauses, and must come back
     by itself for the client still in the backlog (a listener unwatched
     and watched again: EPOLL_CTL_ADD reports it ready), since no new edge
-    comes. server: one whose accept queue was drained by an answer (no
-    connection left there to make another edge)."""
-    late = []
-
-    def one_comes():
-        late.append(socket.create_connection(("127.0.0.1", server.port),
-                                             timeout=seconds(5)))
-        late[0].sendall(HEAD)
-        late.append(first_bytes(late[:1], EMFILE_WAIT))
-    try:
-        _strace(server.pid, ["accept4"], one_comes, "-f", "-e",
-                "inject=accept4:error=EMFILE:when=1..2")
-    finally:
-        for s in late[:1]:
-            s.close()
-    answered, closed, _ = late[1]
+    comes. Then the same with one ENOMEM (accept(2): ENOBUFS, ENOMEM, not
+    enough memory), an error the starter's loop returns on: the client is
+    still queued, and no edge comes for it either. server: one whose accept
+    queue was drained by an answer (no connection left there to make
+    another edge)."""
+    answered, closed = injected_accept_error(server, "EMFILE:when=1..2")
     lab.expect(answered or closed, "a client that came while accept4() "
                f"failed (EMFILE, twice: the spare given up did not help) "
                f"got nothing within {EMFILE_WAIT} s, accept4() working "
@@ -986,6 +1009,38 @@ def paused_listener(lab, server):
                "epoll_ctl()); watch it: strace -e inject=accept4:error="
                "EMFILE:when=1..2 -p $(pgrep -x epoll) while one client "
                "comes")
+    answered, closed = injected_accept_error(server, "ENOMEM:when=1")
+    lab.expect(answered or closed, "a client that came while accept4() "
+               f"failed once with ENOMEM got nothing within {EMFILE_WAIT} "
+               "s, accept4() working from its second call on: the accept "
+               "loop returned on an error other than EAGAIN with the client "
+               "still queued, and edge-triggered, no new edge comes for it "
+               "(the starter's `return` on any other error was safe only "
+               "level-triggered); on ENOMEM or ENOBUFS pause as for EMFILE "
+               "(unwatch the listener, watch it again later) or accept "
+               "again; watch it: strace -e inject=accept4:error=ENOMEM:"
+               "when=1 -p $(pgrep -x epoll) while one client comes")
+
+
+def injected_accept_error(server, inject):
+    """One client comes (and sends a request) while strace injects
+    accept4:error=`inject` into the server: (answered, closed) for it
+    within EMFILE_WAIT s."""
+    late = []
+
+    def one_comes():
+        late.append(socket.create_connection(("127.0.0.1", server.port),
+                                             timeout=seconds(5)))
+        late[0].sendall(HEAD)
+        late.append(first_bytes(late[:1], EMFILE_WAIT))
+    try:
+        _strace(server.pid, ["accept4"], one_comes, "-f", "-e",
+                "inject=accept4:error=" + inject)
+    finally:
+        for s in late[:1]:
+            s.close()
+    answered, closed, _ = late[1]
+    return answered, closed
 
 
 @grader.check(5, "a request sent one byte at a time")
