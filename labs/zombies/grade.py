@@ -253,9 +253,12 @@ def served(lab, server, path="/", limit=5, beside=""):
 
 
 def zombies_gone(lab, server, what, limit=2):
-    """Every child reaped within limit s of `what`; else say how many."""
-    left = wait_for(lambda: len(zombie_children(server.pid)),
-                    lambda n: n == 0, limit=limit)
+    """Every child reaped within limit s of `what`; else say how many.
+    Waited for until no child is left, live or not: one still exiting
+    when the wait begins is no zombie yet, and a count of zombies alone
+    would say 0 before the server had to reap it."""
+    left = wait_for(lambda: len(children(server.pid)), lambda n: n == 0,
+                    limit=limit) and len(zombie_children(server.pid))
     lab.expect(left == 0, f"{left} zombies {seconds(limit):.0f} s after "
                f"{what}; {WATCH}")
 
@@ -657,12 +660,20 @@ def no_lost_wakeup(lab):
         more) is under way: its SIGCHLD comes while the reaper runs."""
         for _ in range(ROUNDS):
             first, second = idle_clients(server.port, 2)
-            wait_for(lambda: len(live_children(server.pid)),
-                     lambda n: n >= 2, limit=5)
+            two = wait_for(lambda: live_children(server.pid),
+                           lambda kids: len(kids) >= 2, limit=5)
             first.close()
+            # The window is timed from the first child's exit, not from
+            # the close: on a busy machine that child may take a while to
+            # see its client gone and exit.
+            wait_for(lambda: live_children(server.pid),
+                     lambda kids: not set(two) <= set(kids), limit=5)
             time.sleep(SLOWED * 1.5)  # inside the waitpid() that finds 0
             second.close()
-            left = wait_for(lambda: len(zombie_children(server.pid)),
+            # Children live or not: at the close the second is still alive
+            # (it has yet to see its client gone), and a count of zombies
+            # alone, read at once, would say 0.
+            left = wait_for(lambda: len(children(server.pid)),
                             lambda n: n == 0, limit=2 + 4 * SLOWED)
             if left:
                 stranded.append(left)
