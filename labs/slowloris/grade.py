@@ -15,9 +15,9 @@ import threading
 import time
 from pathlib import Path
 
-from grading import (Grader, _strace, big_file, cpu_seconds, get,
-                     idle_clients, seconds, status_field,  # labs/grading.py
-                     wait_for)
+from grading import (Grader, _strace, big_file, build, cpu_seconds, death,
+                     descriptors, get, idle_clients, raise_open_file_limit,
+                     seconds, status_field, wait_for)  # labs/grading.py
 from rawhttp import Connection  # tests/rawhttp.py
 
 THREADS = 8  # the pool under attack
@@ -34,7 +34,17 @@ UPTIME_DAYS = 50  # CLOCK_MONOTONIC this far ahead: its ms pass 2^31 and 2^32
 WALL_STEP = 3600  # seconds the wall clock (CLOCK_REALTIME) steps ahead
 RUNNABLE = 2.0  # pool threads runnable at once, on average, while idle
 WAKEUPS = 200  # context switches of the whole server in that idle second
+ATTACK_WAKEUPS = 100  # a second, on average over the slow body attack (the
+#                       reference: about 10, a wake for each piece)
 BEGUN = b"GET / HT"  # a request begun, then nothing: its wait is watched too
+# What a deadline might make a descriptor with: while the idle attackers
+# arrive, each pool thread's first such call fails with EMFILE (strace's
+# fault injection), as at the process's descriptor limit.
+MAKES_FD = ("timerfd_create", "eventfd2", "epoll_create1", "signalfd4",
+            "pipe2", "dup", "dup3")
+HIGH_FD = 1100  # high_descriptors: the server starts with 3..HIGH_FD taken,
+#                 so its clients' descriptors are past FD_SETSIZE (1,024)
+FORTIFY = "-U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2"  # as distributions build
 WATCH = (f"watch it: ZEROHTTPD_THREADS={THREADS} ./prethreaded 8000, the "
          f"handout's {ATTACKERS} idle sockets, then time curl "
          "http://127.0.0.1:8000/")
@@ -122,6 +132,7 @@ def under_attack(lab, attackers, limit, every=None, pieces=None, heard=None):
             sender.join()
         for s in attackers:
             if heard is not None:
+                s.setblocking(False)  # one still held: no 5 s timeout
                 try:
                     heard.append(s.recv(65536, socket.MSG_DONTWAIT
                                         | socket.MSG_PEEK))
@@ -151,6 +162,7 @@ def closed_twice(traced):
               "or with a request begun")
 def idle_attack(lab):
     server = pool_server(lab)
+    held = len(descriptors(server.pid))  # before any client of the checks
     # First THREADS silent connections hold the pool for a second, its
     # threads watched; they leave (the threads see EOF) before the attack.
     quiet = idle_clients(server.port, THREADS)
@@ -192,15 +204,44 @@ def idle_attack(lab):
                "deadline; watch it: top -H -p PID while 8 clients each "
                "send 'GET / HT' and stop")
     time.sleep(0.5)  # every thread back in accept()
-    attackers = idle_clients(server.port, ATTACKERS)
+    # The 2 * THREADS clients have left (their threads saw EOF): what each
+    # request took is given back; one descriptor per thread, made once and
+    # kept, is no leak.
+    now = wait_for(lambda: len(descriptors(server.pid)),
+                   lambda n: n <= held + THREADS, 2)
+    lab.expect(now <= held + THREADS,
+               f"the server held {held} descriptors before {2 * THREADS} "
+               f"clients came, {now} after they had all left (by closing "
+               "their end: recv() returned 0): a descriptor made for each "
+               "request (a timerfd?) is not closed on every way out of "
+               "read_request(), the client's close included; once the "
+               "table is full no deadline can be made (docs/DESIGN.md: no "
+               "server leaks descriptors); watch it: ls /proc/PID/fd | wc "
+               "-l before and after 100 curl http://127.0.0.1:8000/")
+    # The attackers connect once strace is attached, and the first call of
+    # each pool thread that makes a descriptor (MAKES_FD) fails with EMFILE.
     took, heard = [], []
-    traced = _strace(server.pid, ["close"], lambda: took.append(
-        under_attack(lab, attackers, 8, heard=heard)), "-f")
+    traced = _strace(server.pid, ["close", *MAKES_FD], lambda: took.append(
+        under_attack(lab, idle_clients(server.port, ATTACKERS), 8,
+                     heard=heard)), "-f", "-e",
+        f"inject={','.join(MAKES_FD)}:error=EMFILE:when=1")
     took = took[0]
+    failed = sorted({m[1] for m in re.finditer(
+        r"(\w+)(?:\(| resumed>).*EMFILE.*INJECTED", traced)})
     lab.expect(took is not None,
                f"a new client was not served in 8 s while {ATTACKERS} idle "
                "connections held the pool (no idle deadline, or one longer "
-               f"than 5 s); {WATCH}")
+               "than 5 s)" + (
+                   f"; meanwhile each pool thread's first {failed[0]}() "
+                   "failed with EMFILE, as when the process is at its "
+                   "descriptor limit (strace's fault injection): is its "
+                   "result checked? poll() skips a descriptor of -1 and "
+                   "waits with no deadline at all; when it fails, fall back "
+                   "on wait_readable()'s timeout, or close that connection "
+                   f"(docs/DESIGN.md: every call's result is checked); watch "
+                   f"it: strace -f -e inject={failed[0]}:error=EMFILE -p PID "
+                   "during the handout's first block" if failed else
+                   f"; {WATCH}"))
     twice = closed_twice(traced)
     lab.expect(not twice,
                f"{len(twice)} close() calls failed with EBADF while the idle "
@@ -224,7 +265,8 @@ def idle_attack(lab):
                "nc 127.0.0.1 8000 and wait 5 s")
     return (f"served after {took:.1f} s; {woke} context switches while "
             f"{THREADS} idle clients were held, {b_woke} while {THREADS} "
-            "begun requests were")
+            f"begun requests were; {now - held:+} descriptors after "
+            f"{2 * THREADS} clients left")
 
 
 def context_switches(pid):
@@ -314,14 +356,33 @@ def slow_attack(lab):
               "14 s")
 def slow_body_attack(lab):
     server = pool_server(lab)
+    woke, start = context_switches(server.pid), time.monotonic()
     took = under_attack(lab, idle_clients(server.port, ATTACKERS), 14,
                         every=1.0, pieces=SLOW_BODY)
+    span = time.monotonic() - start
+    woke = context_switches(server.pid) - woke
     lab.expect(took is not None,
                f"a new client was not served in 14 s while {ATTACKERS} "
                "connections sent a POST head over 7 s, then its body a byte "
                "a second (a clock started again for the body? the 10 s "
                "count from the request's first byte, body included)")
-    return f"served after {took:.1f} s"
+    lab.expect(woke <= ATTACK_WAKEUPS * span,
+               f"the server's threads were switched out {woke} times in the "
+               f"{span:.1f} s of the attack (at most {ATTACK_WAKEUPS} a "
+               f"second, {ATTACK_WAKEUPS * span:.0f}: voluntary and "
+               "nonvoluntary_ctxt_switches in /proc/PID/task/*/status), "
+               "where a wake for each piece that came is about 10 a "
+               "second: a wait that naps "
+               "as its deadline nears? In the last second before it, a "
+               "timeout computed in the wrong unit (microseconds put in "
+               "tv_nsec) or rounded down to nothing wakes the thread "
+               "every millisecond or so; wait asleep in poll() "
+               "(wait_readable) for all that is left of the deadline; "
+               "watch it: grep ctxt /proc/PID/task/*/status every second "
+               "while a client sends 'G', then 'E' 0.5 s later, then "
+               "nothing")
+    return (f"served after {took:.1f} s; {woke} context switches in "
+            f"{span:.1f} s")
 
 
 def attack_plan(start):
@@ -602,7 +663,8 @@ def slow_but_legitimate(port, kind):
             conn.send_tolerating_reset(ask[16:])
             label = ("a pipelined request finished 7 s after its first "
                      "bytes came with the request before it, which took "
-                     "4 s (they count as arrived: its 10 s run from then, "
+                     "4 s (they count as arrived: its 10 s run from when "
+                     "the server turns to it, the answer before it sent, "
                      "not from the first request's first byte, and no 5 s "
                      "idle limit)")
         elif kind in ("nearly-10s", "nearly-10s-mono"):  # 10 s are 10 s
@@ -805,6 +867,76 @@ def long_uptime(lab):
                "twice over one connection")
 
 
+# A shim (LD_PRELOAD) that takes the server's descriptors 3 to HIGH_FD
+# (/dev/null, close-on-exec) before main(): the sockets it makes from then
+# on, its clients', are numbered past FD_SETSIZE (1,024), as in a server
+# with a pool of thousands of threads (MAX_THREADS) or other files open.
+HIGH = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+__attribute__((constructor)) static void take_low_descriptors(void)
+{
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    while (fd >= 0 && fd < HIGH_FD)
+        fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+}
+"""
+
+
+@grader.check(5, f"built with -D_FORTIFY_SOURCE=2, its descriptors 3 to {HIGH_FD} "
+              "taken: clients numbered past FD_SETSIZE (1,024), a request "
+              "in two pieces served; a clean stop")
+def high_descriptors(lab):
+    lab.expect(lab.source is not None, f"no source to build with {FORTIFY} "
+               "(grade with --src)")
+    binary = lab.workdir / "fortify" / "prethreaded"
+    ok, said = build(lab.source, binary, "prethreaded", FORTIFY)
+    lab.expect(ok, f"{FORTIFY} does not build: {said.strip()[:150]}")
+    shim, source = lab.workdir / "high.so", lab.workdir / "high.c"
+    source.write_text(HIGH)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", f"-DHIGH_FD={HIGH_FD}",
+                    "-o", str(shim), str(source)], check=True,
+                   capture_output=True)
+    raise_open_file_limit()  # the server's soft limit: the hard one
+    server = lab.start(binary=binary, env={
+        "ZEROHTTPD_THREADS": str(THREADS), "LD_PRELOAD": str(shim)})
+    # The port is probed once it listens (a connection, then a close): a
+    # server that cannot wait on such a descriptor may be dead already.
+    ask = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    try:
+        with Connection(server.port, timeout=seconds(5)) as conn:
+            conn.send(ask[:16])
+            time.sleep(0.3)
+            conn.send_tolerating_reset(ask[16:])
+            status = status_or_cut(conn)
+    except OSError as error:
+        status = f"refused ({str(error)[:40]})"
+    dead = (death(lab) if status != 200 or server.proc.poll() is not None
+            else None)
+    said = server.stderr().strip().splitlines()
+    lab.expect(status == 200 and not dead,
+               f"with its clients' descriptors past {HIGH_FD}, a request in "
+               f"two pieces 0.3 s apart was {status}"
+               + (f"; {dead}" if dead else "")
+               + (f" ({said[-1][:100]})" if dead and said else "")
+               + ": a wait with select() and an fd_set? FD_SET() on a "
+               "descriptor of 1,024 (FD_SETSIZE) or more writes past the "
+               "fd_set, on the thread's stack: a fortified build (as "
+               "distributions build packages) aborts there, another "
+               "corrupts its stack; a pool of 1,100 threads (MAX_THREADS "
+               "allows 4,096) has clients that high; wait with poll() "
+               "(wait_readable), which takes any descriptor; watch it: "
+               f"build with {FORTIFY}, then ulimit -n 4096; "
+               "ZEROHTTPD_THREADS=1100 ./prethreaded 8000 and 1,030 idle "
+               "clients, then curl http://127.0.0.1:8000/")
+    top = max(descriptors(server.pid))  # its listener, made after the shim
+    lab.expect(top > HIGH_FD, f"the server's descriptors end at {top}, not "
+               f"past {HIGH_FD}: RLIMIT_NOFILE's hard limit is too low to "
+               "grade this (ulimit -Hn)")
+    server.stop()
+    return f"its listener was descriptor {top}"
+
+
 def slow_clients(lab, kinds, hangups=False):
     """Honest slow clients of these kinds at once: what went wrong.
     hangups: first each pool thread is given a client that sends part of a
@@ -854,7 +986,7 @@ def slow_clients(lab, kinds, hangups=False):
     return [s for s in said if s]
 
 
-grader.still_serves(10, env={"ZEROHTTPD_THREADS": str(THREADS)})
+grader.still_serves(5, env={"ZEROHTTPD_THREADS": str(THREADS)})
 
 
 if __name__ == "__main__":
