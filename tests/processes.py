@@ -320,9 +320,9 @@ def child_stats(pid):
             try:
                 listed += (task / "children").read_text().split()
                 found = True
-            except FileNotFoundError:  # that thread has gone
+            except (FileNotFoundError, ProcessLookupError):  # thread gone
                 continue
-    except FileNotFoundError:  # pid has gone
+    except (FileNotFoundError, ProcessLookupError):  # pid has gone
         return {}
     if not found:
         return {p: stat for p, stat in process_table().items()
