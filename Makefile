@@ -53,11 +53,14 @@ deps:
 # The tests that measure nothing against time run TEST_JOBS at a time (they
 # mostly wait on sockets and timeouts), and beside them the labs are graded
 # (tools/lab check, LAB_JOBS gradings at once, any lab's: a verdict that
-# differs is graded again alone); the tests marked serial run alone after.
-# From a fresh clone on 2026-11-29 (2 cores): 1,298 s in all, the parallel
-# tests 627 s beside the labs' 1,216 s (598 wrong and 93 right answers;
-# their gradings 1,353 CPU-s, 486 of them builds: labs/work/check-times.tsv),
-# the CPUs 77% busy (with 581 and 83 answers on 11-27: 1,441-1,473 s).
+# differs is graded again alone; up to LAB_MOST while the CPUs idle); the
+# labs start first, as soon as the servers are built; the tests marked
+# serial run alone after. From a fresh clone on 2026-11-29 (2 cores):
+# 1,057 s in all, the parallel tests 420 s beside the labs' 987 s (633
+# wrong and 100 right answers; their gradings 1,329 CPU-s, 534 of them
+# builds: labs/work/check-times.tsv), serial 61 s, the CPUs 84% busy
+# (1,045 s user + 732 s sys): CPU-bound (598 and 93 answers that morning,
+# before the labs went first and built ahead: 1,298 s, 77% busy).
 TEST_JOBS ?= 8
 LAB_JOBS  ?= 8
 LAB_MOST  ?= 16
