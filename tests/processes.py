@@ -335,11 +335,9 @@ def child_stats(pid):
     return stats
 
 
-def children(pid, table=None):
+def children(pid):
     """PIDs whose parent is pid, in order."""
-    if table is None:
-        return sorted(child_stats(pid))
-    return sorted(p for p, (_, ppid, *_) in table.items() if ppid == pid)
+    return sorted(child_stats(pid))
 
 
 def descendants(pid):

@@ -657,13 +657,9 @@ def guard(text, at):
     under: its own if (without braces), or the if of a block around it
     ("else" for an else branch), innermost first; None if it always runs
     (as far as ifs go)."""
-    start = max(text.rfind(c, 0, at) for c in ";{}")
-    head = text[start + 1:at]
-    cond = re.search(r"\bif\s*\((.*)\)", head, re.S)
-    if cond:
-        return cond[1]
-    if re.search(r"\belse\b", head):
-        return "else"
+    own = if_before(text, at, r"\)", r"\belse\b")
+    if own:
+        return own
     depth = 0
     for i in range(at - 1, -1, -1):
         if text[i] == "}":
@@ -671,14 +667,22 @@ def guard(text, at):
         elif text[i] == "{" and depth:
             depth -= 1
         elif text[i] == "{":  # a block around it: under an if?
-            start = max(text.rfind(c, 0, i) for c in ";{}")
-            head = text[start + 1:i]
-            cond = re.search(r"\bif\s*\((.*)\)\s*$", head, re.S)
-            if cond:
-                return cond[1]
-            if re.search(r"\belse\s*$", head):
-                return "else"
+            around = if_before(text, i, r"\)\s*$", r"\belse\s*$")
+            if around:
+                return around
     return None
+
+
+def if_before(text, at, close, otherwise):
+    """The condition of the `if (...)` (its closing parenthesis matched by
+    `close`) in the statement head that ends at `at`, "else" if the head
+    matches `otherwise`, else None."""
+    start = max(text.rfind(c, 0, at) for c in ";{}")
+    head = text[start + 1:at]
+    cond = re.search(r"\bif\s*\((.*)" + close, head, re.S)
+    if cond:
+        return cond[1]
+    return "else" if re.search(otherwise, head) else None
 
 
 def on_slot_alone(cond, slots):

@@ -907,15 +907,7 @@ def byte_aggregates(code):
     """{struct/union tag or typedef name: a byte array member in it} for
     every struct and union in code (C without comments and literals) that
     holds a writable byte array, directly or in a member of such a type."""
-    bodies = {}  # name: its members' text
-    for m in re.finditer(r"\b(?:struct|union)\s+([A-Za-z_]\w*)?\s*\{", code):
-        end = closing(code, m.end() - 1)
-        body = code[m.end():end]
-        if m[1]:
-            bodies[m[1]] = body
-        named = re.match(r"\s*([A-Za-z_]\w*)\s*;", code[end + 1:])
-        if named and re.search(r"\btypedef\s*$", code[:m.start()]):
-            bodies[named[1]] = body
+    bodies = aggregate_bodies(code)
     found = {}
     for name, body in bodies.items():
         member = BYTE_MEMBER.search(body)
