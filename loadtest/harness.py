@@ -21,6 +21,10 @@ Load-test specific, here:
     line; start_nginx(): nginx with a config the caller writes.
   - parse_ab(), parse_wrk(): ApacheBench's or wrk's report as a dict, or
     into a record.
+  - RunCost: what one client run cost the server's process tree (CPU,
+    context switches, peak memory and tasks, from /proc, with a sampler
+    thread), Redis and the client; tree_pids(), cpu_and_switches(),
+    look(), Sampler.
   - Place: where a process runs, on which CPUs (taskset) and on which host;
     SSHHost: a host reached over ssh, where processes are started and
     stopped by PID as here (RemoteProcess).
@@ -32,15 +36,18 @@ Python 3 standard library only. The scripts import it with
 tests/processes.py the same way.
 """
 
+import dataclasses
 import io
 import os
 import re
+import resource
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from pathlib import Path
 
@@ -366,6 +373,252 @@ class RemoteProcess:
         self.host.run(f"kill -s KILL -- -{self.pid} 2>/dev/null")
 
 
+# ===== What a run cost: CPU, switches, memory and tasks, from /proc =====
+#
+# Only for processes on this machine: /proc here says nothing of another
+# host's (the sweep leaves those columns empty, see loadtest/README.md).
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc/PID/stat's unit of CPU time
+PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024  # its unit of rss
+SAMPLE_MIN_GAP = 0.01  # seconds between two looks at a tree, at least...
+SAMPLE_DUTY = 3  # ...and 3 x what the last look took: a large tree (forking
+#                  at c=10000: thousands of processes) costs the sampler at
+#                  most a quarter of a core, taken from what it measures
+
+
+def tree_pids(pids, tasks=0):
+    """pids and every process below them (zombies too), each before its
+    children. Read in that order, a child reaped between two reads is
+    missed by this look (its parent's cutime did not have it yet) but never
+    counted twice.
+
+    tasks: how many processes + threads the tree had at the last look.
+    Children are listed per thread (/proc/PID/task/TID/children), so a
+    threaded server at c=10000 costs 10,000 reads a look; when the tree has
+    more tasks than the machine has processes, one pass over those
+    (processes.process_table()) is cheaper."""
+    if tasks <= len([name for name in os.listdir("/proc") if name.isdigit()]):
+        found = []
+        for pid in pids:
+            found += [pid] + list(processes.descendants(pid))
+        return found
+    below = {}
+    for pid, (_, ppid, *_) in processes.process_table().items():
+        below.setdefault(ppid, []).append(pid)
+    found, todo = [], list(pids)
+    while todo:
+        found.append(todo.pop(0))
+        todo += below.get(found[-1], [])
+    return found
+
+
+def ticks(fields, *indexes):
+    """Seconds of CPU time from stat_fields() (in clock ticks there)."""
+    return sum(int(fields[i]) for i in indexes) / CLOCK_TICKS
+
+
+SWITCHES = re.compile(r"^(?:non)?voluntary_ctxt_switches:\s+(\d+)", re.M)
+
+
+def read_task(pid, tid):
+    """(voluntary + involuntary context switches, ns on a CPU) of one
+    thread, or None once it has ended. The ns (schedstat) are exact, where
+    stat's ticks are 10 ms steps; 0 on a kernel without schedstat
+    (CONFIG_SCHED_INFO)."""
+    task = Path(f"/proc/{pid}/task/{tid}")
+    try:
+        status = (task / "status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    try:
+        ns = int((task / "schedstat").read_text().split()[0])
+    except (FileNotFoundError, ProcessLookupError):
+        ns = 0
+    return sum(map(int, SWITCHES.findall(status))), ns
+
+
+def read_tasks(pid):
+    """{tid: read_task()} of the live threads of a process."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError):
+        return {}
+    found = {tid: read_task(pid, tid) for tid in tids}
+    return {tid: seen for tid, seen in found.items() if seen}
+
+
+def cpu_and_switches(pids):
+    """(CPU seconds, {(pid, tid): switches}) of the processes pids
+    (tree_pids()), read before and after a run.
+
+    CPU: per process, what its threads ran, as the larger of stat's utime +
+    stime (the whole thread group, also threads that have exited: a
+    threaded server's finished threads; in 10 ms steps, so 32 preforked
+    workers would blur a run by up to 0.3 s) and the exact sum of its live
+    threads' schedstat; plus its cutime + cstime: the children it reaped
+    (forking's workers exit during the run).
+
+    Switches: of the live threads only. /proc keeps none for threads that
+    exited or children that were reaped (the kernel adds them up only for
+    getrusage() in the process and wait4() in its parent, neither of which
+    we are), so where a task lives for one connection (forking's processes,
+    threaded's threads) this is a lower bound, little more than the
+    switches of the tasks that stay; pools and event loops lose nothing."""
+    cpu, switches = 0.0, {}
+    for pid in pids:
+        fields = processes.stat_fields(pid)
+        if fields is None:
+            continue
+        tasks = read_tasks(pid)
+        live = sum(ns for _, ns in tasks.values()) / 1e9
+        cpu += max(ticks(fields, 11, 12), live) + ticks(fields, 13, 14)
+        switches.update({(pid, tid): n for tid, (n, _) in tasks.items()})
+    return cpu, switches
+
+
+def switches_between(before, after):
+    """Switches of the threads alive at the end, since the start (all of a
+    thread's if it is new, or a later one reusing its ID)."""
+    return sum(n - before.get(task, 0) if n >= before.get(task, 0) else n
+               for task, n in after.items())
+
+
+@dataclasses.dataclass
+class Look:
+    """Memory and tasks of process trees at one moment."""
+    rss_kib: int = 0  # resident set, summed over the processes: pages they
+    #                   share (a forked worker's, until it writes them) count
+    #                   in each, as top adds them up
+    tasks: int = 0  # processes + threads
+
+
+def look(pids):
+    """A Look at the processes pids (tree_pids()); gone ones count 0."""
+    seen = Look()
+    for fields in filter(None, map(processes.stat_fields, pids)):
+        seen.rss_kib += int(fields[21]) * PAGE_KIB
+        seen.tasks += int(fields[17])
+    return seen
+
+
+class Sampler:
+    """Peak resident memory and tasks of process trees while a run lasts.
+    The first look (at once, before the run) is the idle baseline; then a
+    thread looks again every SAMPLE_MIN_GAP seconds or SAMPLE_DUTY times as
+    long as a look takes, whichever is longer; stop() takes the last look.
+    `samples` counts the looks."""
+
+    def __init__(self, pids):
+        self.pids = pids
+        self.baseline = look(tree_pids(pids))
+        self.peak = dataclasses.replace(self.baseline)
+        self.samples = 1
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self):
+        now = look(tree_pids(self.pids, self.peak.tasks))
+        self.peak.rss_kib = max(self.peak.rss_kib, now.rss_kib)
+        self.peak.tasks = max(self.peak.tasks, now.tasks)
+        self.samples += 1
+
+    def _loop(self):
+        while not self._done.is_set():
+            began = time.monotonic()
+            self.sample()
+            took = time.monotonic() - began
+            self._done.wait(max(SAMPLE_MIN_GAP, SAMPLE_DUTY * took))
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._done.set()
+        self._thread.join()
+        self.sample()
+
+
+def reaped_children_cpu():
+    """CPU seconds (user + system) of every child we have reaped: taken
+    around one client run, the client's own (ab, or wrk with all its
+    threads), which is our child and reaped when it ends."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+class RunCost:
+    """What one client run cost, measured around it:
+
+        with RunCost(server_pids, redis_pid) as cost:
+            ...run the client...
+        deliver(cost.results(complete, concurrency), run)
+
+    server_pids: the server's processes here (each instance's), measured
+    with their trees; redis_pid: Redis's, if here. Either may be left out
+    (empty, None) when it runs on another host: its results are then None.
+    The client's CPU is that of the children reaped meanwhile, so only the
+    client may be reaped inside the `with`."""
+
+    def __init__(self, server_pids, redis_pid=None):
+        self.server_pids = list(server_pids)
+        self.redis_pid = redis_pid
+        self.sampler = None
+
+    def __enter__(self):
+        if self.server_pids:
+            self.server = cpu_and_switches(tree_pids(self.server_pids))
+            self.sampler = Sampler(self.server_pids).start()
+        self.redis_cpu = self.redis_so_far()
+        self.client_cpu = reaped_children_cpu()
+        self.began = time.monotonic()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.monotonic() - self.began
+        self.client_cpu = reaped_children_cpu() - self.client_cpu
+        if self.redis_cpu is not None:
+            now = self.redis_so_far()
+            self.redis_cpu = None if now is None else now - self.redis_cpu
+        if self.sampler:
+            self.sampler.stop()
+            cpu, switches = cpu_and_switches(
+                tree_pids(self.server_pids, self.sampler.peak.tasks))
+            self.server = (cpu - self.server[0],  # < 0: the server died
+                           switches_between(self.server[1], switches))
+
+    def redis_so_far(self):
+        """Redis's CPU seconds so far (threads included); None if it is not
+        here or has gone."""
+        if not self.redis_pid or not processes.stat_fields(self.redis_pid):
+            return None
+        return cpu_and_switches([self.redis_pid])[0]
+
+    def percent(self, seconds):
+        """CPU seconds over the run as % of one core."""
+        if seconds is None or seconds < 0 or self.seconds <= 0:
+            return None
+        return round(100 * seconds / self.seconds, 1)
+
+    def results(self, complete, concurrency):
+        """runs.csv's cost columns for a run that completed `complete`
+        requests at `concurrency` clients; None where not measured."""
+        found = {"client_cpu_pct": self.percent(self.client_cpu),
+                 "redis_cpu_pct": self.percent(self.redis_cpu)}
+        if not self.sampler:
+            return found
+        cpu, switches = self.server
+        peak, baseline = self.sampler.peak, self.sampler.baseline
+        found.update(peak_rss_kib=peak.rss_kib, peak_tasks=peak.tasks,
+                     kib_per_conn=round((peak.rss_kib - baseline.rss_kib)
+                                        / concurrency, 1),
+                     server_cpu_pct=self.percent(cpu))
+        if complete and cpu >= 0:
+            found.update(server_us_per_req=round(1e6 * cpu / complete, 1),
+                         switches_per_req=round(switches / complete, 2))
+        return found
+
+
 # ===== Redis =====
 
 class Redis(processes.RedisServer):
@@ -495,7 +748,7 @@ def parse_ab(text, into=None):
 
 # ===== wrk =====
 
-WRK_FIELDS = {  # field: pattern in wrk's report (without --script)
+WRK_FIELDS = {  # field: pattern in wrk's report
     "complete": r"^\s*(\d+) requests in ",
     "connect": r"^\s*Socket errors: connect (\d+),",
     "receive": r"^\s*Socket errors: .* read (\d+),",
@@ -507,7 +760,15 @@ WRK_TIMES = {  # field: pattern of a latency, with its unit
     "mean_ms": r"^\s*Latency\s+([\d.]+)(us|ms|s|m|h)\s",
     "p50_ms": r"^\s*50%\s+([\d.]+)(us|ms|s|m|h)$",
     "p99_ms": r"^\s*99%\s+([\d.]+)(us|ms|s|m|h)$",
+    "p999_ms": r"^\s*99\.9%\s+([\d.]+)(us|ms|s|m|h)$",  # WRK_P999_SCRIPT's
 }
+# wrk -s FILE: --latency stops at 99%; this prints 99.9% after the report,
+# in the same form. It only adds done(): the requests are wrk's own.
+WRK_P999_SCRIPT = """\
+done = function(summary, latency, requests)
+  io.write(string.format("    99.9%%  %.2fus\\n", latency:percentile(99.9)))
+end
+"""
 WRK_UNIT_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 
 
@@ -515,8 +776,9 @@ def parse_wrk(text, into=None):
     """wrk's report (run with --latency) as a dict with parse_ab()'s names:
     complete, rps, non2xx ("Non-2xx or 3xx responses": in fact status 400
     and above), the socket errors connect, receive (wrk's "read"), write
-    and timeouts, failed (their sum), and the latencies in ms. With `into`,
-    set them as its attributes and return it instead."""
+    and timeouts, failed (their sum), and the latencies in ms (p999_ms
+    if run with -s and WRK_P999_SCRIPT). With `into`, set them as its
+    attributes and return it instead."""
     found = {"failed": 0}
     for field, pattern in WRK_FIELDS.items():
         match = re.search(pattern, text, re.M)

@@ -1,5 +1,6 @@
 """A sweep's results: the Run record (a row of runs.csv), the tables of
-results.md, runs.csv written and read back, and chart.png.
+results.md and of the console, runs.csv written and read back, and the
+charts (chart.png: req/s; chart-cpu.png, chart-p99.png: what it cost).
 
 loadtest/sweep measures and writes through these; loadtest/results-readme
 renders kept sweeps with the same tables, from their runs.csv, so that
@@ -10,6 +11,7 @@ import csv
 import dataclasses
 import statistics
 import sys
+import textwrap
 import typing
 
 import harness  # online CPUs, CPU lists (loadtest/ is on sys.path: sweep's)
@@ -42,6 +44,19 @@ class Run:
     seconds: float = 0.0  # wall time of the client run
     note: str = ""  # why it failed or was skipped; short, shown in the table
     client_stderr: str = ""  # the client's last words, for the curious
+    # What the run cost (harness.RunCost): None where it was not measured
+    # (the server or Redis on another host, ab's p99.9, an older runs.csv)
+    server_us_per_req: float | None = None  # CPU of the server's processes
+    #   and threads, reaped children too, per completed request
+    switches_per_req: float | None = None  # their context switches (a lower
+    #   bound where tasks exit: harness.cpu_and_switches)
+    peak_rss_kib: int | None = None  # resident set of the server's tree
+    kib_per_conn: float | None = None  # (peak - idle before) / concurrency
+    peak_tasks: int | None = None  # processes + threads, at most
+    server_cpu_pct: float | None = None  # % of one core over the run
+    redis_cpu_pct: float | None = None
+    client_cpu_pct: float | None = None
+    p999_ms: float | None = None  # wrk only: ab's percentiles stop at 99%
 
     def errors(self):
         return self.failed + self.non2xx
@@ -126,6 +141,61 @@ def grid(results, show, servers, levels):
     return markdown_table(["concurrency"] + servers, rows)
 
 
+def median_of(runs, column):
+    """Median of a runs.csv column over a point's runs that went well, or
+    None: a run failed, or the column was not measured."""
+    if any(run.status == "fail" for run in runs):
+        return None
+    values = [getattr(run, column) for run in runs if run.status == "ok"]
+    values = [value for value in values if value is not None]
+    return statistics.median(values) if values else None
+
+
+def figure(value):
+    """A measured value for a table: 3 digits, or - if there is none."""
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def column_cell(column):
+    """A cell function for table(): the median of that runs.csv column."""
+    return lambda runs: figure(median_of(runs, column))
+
+
+# The tables beside req/s, in results.md and on the console: (title,
+# runs.csv column, what a cell is)
+COST_TABLES = [
+    ("Server CPU per request (µs)", "server_us_per_req",
+     "user + system time of the server's processes and threads (children "
+     "it reaped included) during the run, divided by the requests "
+     "completed; median of the runs"),
+    ("p99 latency (ms)", "p99_ms",
+     "99th percentile of the time per request, as the client measured it "
+     "(ab rounds it to whole ms); median of the runs"),
+]
+COST_NOTE = """\
+Per run in runs.csv: context switches per request (`switches_per_req`,
+counting only tasks alive at the end of the run, so a lower bound for
+forking and threaded), peak resident memory of the server's processes
+(`peak_rss_kib`, shared pages counted in each process) and per connection
+over the idle baseline (`kib_per_conn`), peak processes + threads
+(`peak_tasks`), who was busy (`server_cpu_pct`, `redis_cpu_pct`,
+`client_cpu_pct`: % of one core over the run) and, with wrk, `p999_ms`."""
+
+
+def cost_tables(sweep, results):
+    """The COST_TABLES as Markdown sections, with what their cells are."""
+    parts = []
+    for title, column, meaning in COST_TABLES:
+        legend = (f"Each cell: {meaning}; `-`: not measured, or the point "
+                  "failed.")
+        parts += [f"## {title}", "",
+                  table(sweep, results, column_cell(column)), "",
+                  textwrap.fill(legend, 76), ""]
+    return parts
+
+
 def spread(runs):
     rates = ok_rates(runs)
     return f"{min(rates):.0f}-{max(rates):.0f}" if rates else "-"
@@ -194,6 +264,25 @@ def caveat(sweep):
     return text + "Every run is in runs.csv."
 
 
+def not_measured(sweep):
+    """COST_NOTE, and what /proc here could not see."""
+    away = [name for name in ("server", "redis")
+            if sweep.places[name].host]
+    if not away:
+        return COST_NOTE
+    return COST_NOTE + (" Not measured (" + ", ".join(
+        f"the {name} ran on {sweep.places[name].host.target}"
+        for name in away) + "): its columns are empty.")
+
+
+def console(sweep, results):
+    """What the sweep prints at its end: req/s, then the COST_TABLES."""
+    parts = ["Requests per second", "", table(sweep, results, cell)]
+    for title, column, _ in COST_TABLES:
+        parts += ["", title, "", table(sweep, results, column_cell(column))]
+    return "\n".join(parts)
+
+
 def write_markdown(sweep, results, info, report):
     """results.md: how, where and when the sweep ran, then its tables.
     report: date, seconds, interrupted, command, and from the sweep the
@@ -222,6 +311,7 @@ def write_markdown(sweep, results, info, report):
               f"- Command: `{report['command']}`",
               "", "## Requests per second", "",
               table(sweep, results, cell), "", CELL_LEGEND, ""]
+    parts += cost_tables(sweep, results) + [not_measured(sweep), ""]
     if args.runs > 1:
         parts += ["## Spread (min-max req/s over the runs)", "",
                   table(sweep, results, spread), ""]
@@ -259,7 +349,8 @@ def csv_value(kind, text):
 def read_csv(path):
     """The Runs a runs.csv holds: write_csv() read back, so that a kept
     sweep can be rendered again without measuring (loadtest/results-readme).
-    Columns it lacks (wrk's, in older sweeps) keep their defaults."""
+    Columns it lacks (wrk's and the costs, in older sweeps) keep their
+    defaults."""
     kinds = {field.name: field.type for field in dataclasses.fields(Run)}
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -276,32 +367,78 @@ def round_number(n):
     return str(n).rstrip("0") in ("1", "2", "5")
 
 
-def write_chart(sweep, results, info):
-    """chart.png: median req/s against concurrency, one line per server.
-    Returns None, or why there is no chart."""
+# The charts of a sweep: (file, runs.csv column or None for req/s, y axis
+# label, logarithmic y). The first is the one RESULTS.md links.
+CHARTS = [
+    ("chart.png", None, "requests per second (median of runs)", False),
+    ("chart-cpu.png", "server_us_per_req",
+     "server CPU per request, µs (median of runs)", True),
+    ("chart-p99.png", "p99_ms", "p99 latency, ms (median of runs)", True),
+]
+
+
+def write_charts(sweep, results, info):
+    """The CHARTS, one line per server against concurrency; a chart with
+    nothing to show (the server on another host: no CPU) is left out.
+    Returns (the files written, None) or ([], why there are none)."""
     try:
         import matplotlib
         matplotlib.use("Agg")  # no display needed
         import matplotlib.pyplot as plt
-        from matplotlib.ticker import NullFormatter, ScalarFormatter
     except ImportError:
-        return (f"matplotlib is not installed for {sys.executable}: no "
-                "chart (use /usr/bin/python3, or `make sweep`)")
-    args, grouped = sweep.args, points(results)
+        return [], (f"matplotlib is not installed for {sys.executable}: no "
+                    "chart (use /usr/bin/python3, or `make sweep`)")
+    written = []
+    for name, column, label, log_y in CHARTS:
+        if draw_chart(plt, sweep, results, info, column, label, log_y,
+                      sweep.out / name):
+            written.append(name)
+    return written, None
+
+
+def chart_values(sweep, results, column, log_y):
+    """{server: (levels, medians)} of a column (None: req/s) where there is
+    a value (above 0 on a log axis)."""
+    grouped, series = points(results), {}
+    for server in sweep.args.servers:
+        pairs = []
+        for c in sweep.args.levels:
+            runs = grouped.get((server, c), [])
+            value = median_rps(runs) if column is None else \
+                median_of(runs, column)
+            if value is not None and (value > 0 or not log_y):
+                pairs.append((c, value))
+        if pairs:
+            series[server] = tuple(zip(*pairs))
+    return series
+
+
+def draw_chart(plt, sweep, results, info, column, label, log_y, path):
+    """One chart of chart_values() into path; False if it has none."""
+    from matplotlib.ticker import (FuncFormatter, LogLocator, NullFormatter,
+                                   ScalarFormatter)
+    series = chart_values(sweep, results, column, log_y)
+    if not series and column is not None:
+        return False
+    args = sweep.args
     fig, ax = plt.subplots(figsize=(10, 6))
     for server in args.servers:
-        xs = [c for c in args.levels
-              if median_rps(grouped.get((server, c), [])) is not None]
-        ys = [median_rps(grouped[(server, c)]) for c in xs]
+        xs, ys = series.get(server, ((), ()))
         ax.plot(xs, ys, marker="o", label=server)
     ax.set_xscale("log")
     ax.set_xticks([c for c in args.levels
                    if len(args.levels) <= 12 or round_number(c)])
     ax.xaxis.set_major_formatter(ScalarFormatter())  # 1000, not 10^3
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_ylim(bottom=0)
+    if log_y:  # ticks at 1, 2, 5 x 10^n, written 20, not 2x10^1
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.set_ylim(bottom=0)
     ax.set_xlabel(f"concurrent clients ({args.client} -c)")
-    ax.set_ylabel("requests per second (median of runs)")
+    ax.set_ylabel(label)
     nginx = f" behind nginx ({args.behind_nginx} instances)" \
         if args.behind_nginx else ""
     # pinned and unpinned charts of the same sweep stand side by side in
@@ -314,6 +451,6 @@ def write_chart(sweep, results, info):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(sweep.out / "chart.png", dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    return None
+    return True

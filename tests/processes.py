@@ -17,7 +17,8 @@ benches (bench/*). What it gives them:
     port, with command() speaking RESP2 (one encoder, one reader).
   - ServerProcess: the server under test, with the exit checks the tests
     hold it to (exit 0, summary line, no sanitizer report, no worker left).
-  - raise_open_file_limit(); process_table(), descendants(), ... from /proc.
+  - raise_open_file_limit(); process_table(), descendants(),
+    stat_fields(), ... from /proc.
 
 Every process started here is stopped by PID, and every wait is bounded.
 Only processes started here are ever signalled, never anything by name.
@@ -281,16 +282,27 @@ def limit_descriptors(soft):
 
 # ---- the process table ----
 
-def proc_stat(pid):
-    """(state, ppid, starttime, cputime) of a process, or None if it is gone.
-    The start time tells a process apart from a later one reusing its PID;
-    cputime is utime + stime in clock ticks, all its threads included."""
+def stat_fields(pid):
+    """The fields of /proc/PID/stat after the command name, as strings, or
+    None if it is gone: [0] is proc(5)'s field 3 (state), [1] ppid, [11]
+    utime, [12] stime, [13] cutime, [14] cstime, [17] num_threads, [19]
+    starttime, [21] rss (pages). loadtest/harness.py reads a server's costs
+    from them."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError):
         return None
     # The command name is in parentheses and may hold spaces: split after it.
-    fields = text[text.rindex(")") + 2:].split()
+    return text[text.rindex(")") + 2:].split()
+
+
+def proc_stat(pid):
+    """(state, ppid, starttime, cputime) of a process, or None if it is gone.
+    The start time tells a process apart from a later one reusing its PID;
+    cputime is utime + stime in clock ticks, all its threads included."""
+    fields = stat_fields(pid)
+    if fields is None:
+        return None
     return (fields[0], int(fields[1]), int(fields[19]),
             int(fields[11]) + int(fields[12]))
 
