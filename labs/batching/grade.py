@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 from grading import (Grader, Unmet, _strace, ab_ok, ab_said,  # labs/grading.py
-                     asking_clients, code_only, connections, cpu_seconds,
+                     build_shim,
+                     asking_clients, code_only, cpu_seconds,
                      death, descriptors, function_body, get, keepalive_load,
                      kept_clients,
                      raise_open_file_limit, seconds, source_text, stopped,
@@ -809,11 +810,7 @@ def tagged_slots(lab):
               f"ends within {REFUSED_LIMIT} s, not a retry forever")
 def refused_submit(lab):
     raise_open_file_limit()
-    shim = lab.workdir / "submit_fails.so"
-    source = shim.with_suffix(".c")
-    source.write_text(SUBMIT_FAILS)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
-                    str(source)], check=True, capture_output=True)
+    shim = build_shim(lab, "submit_fails", SUBMIT_FAILS)
     server = ring_server(lab, env={"LD_PRELOAD": str(shim)})
     before = len(descriptors(server.pid))
     clients = kept_clients(server.port, REFUSED_CROWD)

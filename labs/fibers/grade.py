@@ -7,7 +7,6 @@ server as its first fiber runs. The guard is graded in /proc/PID/maps: a
 PROT_NONE page right below each fiber's stack, and gone with it."""
 
 import os
-import re
 import resource
 import select
 import socket
@@ -18,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from grading import (Grader, asking_clients, build,  # labs/grading.py
+                     build_shim,
                      build_reference, death_telling, failing, get,
                      heap_blocks, idle_clients, raise_open_file_limit,
                      seconds, smaps, status_field, wait_for)
@@ -343,11 +343,7 @@ void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
        "server dies, or its acceptor's stack is guarded all the same")
 def guard_fails_at_start(lab):
     normal = at_rest(lab)[2]
-    shim = lab.workdir / "no_mprotect.so"
-    source = lab.workdir / "no_mprotect.c"
-    source.write_text(ALWAYS_FAILS)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
-                    str(source)], check=True, capture_output=True)
+    shim = build_shim(lab, "no_mprotect", ALWAYS_FAILS)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "ZEROHTTPD_LOG"}
     run = subprocess.Popen(
@@ -485,10 +481,7 @@ def asan_guards(lab):
     binary = lab.workdir / "asan" / "fibers"
     ok, said = build(lab.source, binary, "fibers", ASAN_FLAGS)
     lab.expect(ok, f"the ASan build does not build: {said.strip()[:150]}")
-    shim, source = lab.workdir / "switches.so", lab.workdir / "switches.c"
-    source.write_text(ASAN_SWITCHES)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
-                    str(source), "-ldl"], check=True, capture_output=True)
+    shim = build_shim(lab, "switches", ASAN_SWITCHES, "-ldl")
     counter = lab.workdir / "switches.count"
     counter.write_bytes(bytes(resource.getpagesize()))
     server = lab.start(binary=binary, env={

@@ -17,12 +17,12 @@ import re
 import selectors
 import signal
 import socket
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 from grading import (Grader, asking_clients, attach_strace,  # labs/grading.py
+                     build_shim,
                      big_file, build, build_reference, cpu_seconds, death,
                      descriptors, detach_strace, failing, get,
                      keepalive_load, kept_clients, raise_open_file_limit,
@@ -1064,10 +1064,7 @@ def many_ready(lab):
     binary = lab.workdir / "asan" / "poll"
     ok, said = build(lab.source, binary, "poll", SANITIZE)
     lab.expect(ok, f"-fsanitize=address does not build: {said.strip()[:150]}")
-    shim, source = lab.workdir / "no_growth.so", lab.workdir / "no_growth.c"
-    source.write_text(NO_GROWTH)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
-                    str(source), "-ldl"], check=True, capture_output=True)
+    shim = build_shim(lab, "no_growth", NO_GROWTH, "-ldl")
     server = lab.start(binary=binary, env={
         "LD_PRELOAD": str(shim), "ASAN_OPTIONS":
         "detect_leaks=1:abort_on_error=0:verify_asan_link_order=0"})
@@ -1123,10 +1120,7 @@ def past_inherited(lab, limit):
     inherited): its listener, the Redis link and every client come past
     them. 200 keep-alive clients and the guestbook, each answered twice."""
     filled = min(limit - SPARE, FILLED_MAX)
-    shim, source = lab.workdir / "fill.so", lab.workdir / "fill.c"
-    source.write_text(FILL)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
-                    str(source)], check=True, capture_output=True)
+    shim = build_shim(lab, "fill", FILL)
     fault = (f"a table indexed by descriptor with a fixed size? (uthash "
              "grows as it must); watch it: ulimit -n $(ulimit -Hn); "
              "python3 -c \"import os; "
@@ -1181,10 +1175,7 @@ def high_descriptors(lab):
     binary = lab.workdir / "asan" / "poll"
     ok, said = build(lab.source, binary, "poll", SANITIZE)
     lab.expect(ok, f"-fsanitize=address does not build: {said.strip()[:150]}")
-    shim, source = lab.workdir / "high.so", lab.workdir / "high.c"
-    source.write_text(HIGH)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
-                    str(source), "-ldl"], check=True, capture_output=True)
+    shim = build_shim(lab, "high", HIGH, "-ldl")
     server = lab.start(binary=binary, env={
         "LD_PRELOAD": str(shim), "HIGH_FDS": ",".join(map(str, high)),
         "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:"

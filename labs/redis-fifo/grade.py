@@ -21,7 +21,8 @@ import time
 import urllib.parse
 
 from grading import (HEAP_BLOCKS, Grader, _strace, ab_said,  # labs/grading.py
-                     asking_clients, failing, get, heap_blocks,
+                     build_shim,
+                     asking_clients, get, heap_blocks,
                      keepalive_load, wait_for,
                      raise_open_file_limit, seconds, status_field, stopped,
                      strace_count)
@@ -777,11 +778,8 @@ def redis_blocked(lab):
               "waiters): those clients get 503, every later reply is right")
 def fifo_full_cut_back(lab):
     env, blocks = heap_blocks(lab)  # its counter, with a malloc that
-    shim = lab.workdir / "no_growth.so"  # also fails for the FIFO's growth
-    source = lab.workdir / "no_growth.c"
-    source.write_text(NO_GROWTH)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
-                    str(source)], check=True, capture_output=True)
+    # also fails for the FIFO's growth
+    shim = build_shim(lab, "no_growth", NO_GROWTH)
     server = lab.start(env={**env, "LD_PRELOAD": str(shim)})
     link_ready(lab, server)
     first = blocks()

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from grading import (Grader, connections, death_telling,  # labs/
+                     build_shim,
                      get, seconds, wait_for)
 from processes import free_port  # tests/processes.py
 
@@ -414,10 +415,7 @@ RUNS += [(call, name, NAMES[number], cost)
        "before its bind(), none has a buffer size set, and no listener is "
        "closed while the loops start")
 def setup_failures_fatal(lab):
-    shim, source = lab.workdir / "nth_fails.so", lab.workdir / "nth_fails.c"
-    source.write_text(NTH_FAILS)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
-                    str(source), "-ldl"], check=True, capture_output=True)
+    shim = build_shim(lab, "nth_fails", NTH_FAILS, "-ldl")
     for call, name, error, cost in RUNS:
         port = free_port()
         run = subprocess.Popen(

@@ -10,12 +10,12 @@ threads cannot stand in for the deadlines."""
 import re
 import selectors
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 from grading import (Grader, _strace, big_file, build, cpu_seconds, death,
+                     build_shim,
                      descriptors, get, idle_clients, raise_open_file_limit,
                      seconds, status_field, wait_for)  # labs/grading.py
 from rawhttp import Connection  # tests/rawhttp.py
@@ -805,12 +805,8 @@ def status_or_cut(conn):
               "steps 1 h ahead, then at each read, and the next 0.5 s "
               "later")
 def long_uptime(lab):
-    shim, source = lab.workdir / "uptime.so", lab.workdir / "uptime.c"
-    source.write_text(UPTIME)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2",
-                    f"-DAHEAD={UPTIME_DAYS * 86400}L",
-                    f"-DSTEP={WALL_STEP}L", "-o", str(shim),
-                    str(source), "-ldl"], check=True, capture_output=True)
+    shim = build_shim(lab, "uptime", UPTIME, f"-DAHEAD={UPTIME_DAYS * 86400}L",
+                      f"-DSTEP={WALL_STEP}L", "-ldl")
     step = lab.workdir / "wall-clock-stepped"
     server = lab.start(env={"ZEROHTTPD_THREADS": str(THREADS),
                             "LD_PRELOAD": str(shim),
@@ -892,11 +888,7 @@ def high_descriptors(lab):
     binary = lab.workdir / "fortify" / "prethreaded"
     ok, said = build(lab.source, binary, "prethreaded", FORTIFY)
     lab.expect(ok, f"{FORTIFY} does not build: {said.strip()[:150]}")
-    shim, source = lab.workdir / "high.so", lab.workdir / "high.c"
-    source.write_text(HIGH)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", f"-DHIGH_FD={HIGH_FD}",
-                    "-o", str(shim), str(source)], check=True,
-                   capture_output=True)
+    shim = build_shim(lab, "high", HIGH, f"-DHIGH_FD={HIGH_FD}")
     raise_open_file_limit()  # the server's soft limit: the hard one
     server = lab.start(binary=binary, env={
         "ZEROHTTPD_THREADS": str(THREADS), "LD_PRELOAD": str(shim)})

@@ -24,6 +24,7 @@ import subprocess
 import time
 
 from grading import (Grader, HeldClients, Unmet, _strace,  # labs/
+                     build_shim,
                      cpu_seconds, failing, get, heap_blocks, live_children,
                      seconds, slowed, status_field, stopped, wait_for,
                      zombie_children)
@@ -171,11 +172,7 @@ class FailingStarts:
     fail."""
 
     def __init__(self, lab):
-        shim = lab.workdir / "fail_starts.so"
-        source = lab.workdir / "fail_starts.c"
-        source.write_text(FAIL_STARTS)
-        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
-                        str(source), "-ldl"], check=True, capture_output=True)
+        shim = build_shim(lab, "fail_starts", FAIL_STARTS, "-ldl")
         self.count = lab.workdir / "fail-starts"
         self.count.write_text(f"{0:<20}\n")
         self.env = {"LD_PRELOAD": str(shim), "FAIL_STARTS": str(self.count)}

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from grading import (C_WORDS, Grader, HeldClients,  # labs/grading.py
+                     build_shim,
                      Unmet, _strace, ab_said, asking_clients, code_only,
                      cpu_seconds, descriptors, function_body, get,
                      idle_clients,
@@ -166,12 +167,8 @@ def heap_bytes(lab):
     """A library to preload that counts the server's heap bytes in use
     (its own, not its children's): (env to start it with, a function that
     reads the count)."""
-    shim, source = lab.workdir / "heap_bytes.so", lab.workdir / "heap.c"
+    shim = build_shim(lab, "heap_bytes", HEAP_BYTES, "-lpthread")
     counter = lab.workdir / "heap_bytes.count"
-    source.write_text(HEAP_BYTES)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
-                    str(source), "-lpthread"], check=True,
-                   capture_output=True)
     counter.write_bytes(bytes(mmap.PAGESIZE))
     with counter.open("r+b") as file:
         view = mmap.mmap(file.fileno(), mmap.PAGESIZE)
