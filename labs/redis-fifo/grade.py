@@ -20,7 +20,7 @@ import threading
 import time
 import urllib.parse
 
-from grading import (HEAP_BLOCKS, Grader, _strace, ab_said,  # labs/grading.py
+from grading import (HEAP_BLOCKS, Grader, _strace, ab_said, death_telling,  # labs/grading.py
                      build_shim,
                      asking_clients, get, heap_blocks,
                      keepalive_load, wait_for,
@@ -67,6 +67,7 @@ GONE_POSTS = 2000  # big posts while Redis is gone, each answered 503
 RECONNECTS = 20  # links Redis drops (CLIENT KILL), each with a big reply read
 SHOWN = 100  # GUESTBOOK_SHOWN: remarks on the page (LRANGE's reply)
 POSTS = 1000  # big posts arriving in one loop turn: more than the 4 MiB
+RAW_CHAR = "\U0001F600"  # 4 bytes of UTF-8, sent raw in guestbook_works
 REMARK = "\u20ac" * 2000  # output buffer holds (6 KB of command each)
 FITS = 250  # of them answered 303 at least: about 680 fit in 4 MiB
 LEAK_PAGES = 20000  # keep-alive guestbook pages: nothing kept per page
@@ -1008,7 +1009,9 @@ def no_leak_per_reconnect(lab):
     return f"{grown:+} KiB, {more:+} blocks"
 
 
-@grader.check(5, "Redis's socket() failing: pages and posts answered 503 at "
+@death_telling(grader, "strace -f -e inject=socket:error=EMFILE -p "
+               "$(pgrep -x epoll) while curl asks for /guestbook")(
+    5, "Redis's socket() failing: pages and posts answered 503 at "
               "once, none of them reaches Redis once it works again, and "
               "nothing is left behind")
 def connect_fails_at_once(lab):
@@ -1137,9 +1140,35 @@ def guestbook_works(lab):
         lab.expect(status_of(s) == 303, "the post was not answered 303")
     status, page = get(server.port, "/guestbook")
     lab.expect(status == 200 and body[-8:] in page, "the remark is not shown")
+    # The most the form rule lets through: code points counted, not bytes,
+    # and raw (not percent-encoded) bytes pass url_decode(): 100 + 2,000
+    # 4-byte characters, 8.4 KB of body (under MAX_BODY) and of entry, more
+    # than a browser's worst (6.3 KB). Valid, so stored whole and 303.
+    tag = os.urandom(4).hex()
+    name = (tag + RAW_CHAR * (100 - len(tag))).encode()
+    remark = (RAW_CHAR * 1999 + chr(0x1F600 + os.urandom(1)[0] % 64)).encode()
+    raw = b"guest-name=" + name + b"&guest-remarks=" + remark
+    with socket.create_connection(("127.0.0.1", server.port),
+                                  timeout=seconds(5)) as s:
+        s.sendall(b"POST /guestbook HTTP/1.0\r\nContent-Type: application/"
+                  b"x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n%s"
+                  % (len(raw), raw))
+        said = status_of(s)
+    lab.expect(said == 303, f"a post of raw 4-byte UTF-8 characters, 100 in "
+               f"the name and 2,000 in the remark ({len(raw)} bytes of body, "
+               f"under MAX_BODY: the form rule counts characters, not bytes) "
+               f"was answered {said}, not 303, Redis healthy: its command "
+               f"(about {len(name) + len(remark) + 60} bytes) must be sent "
+               "whole, however long (a fixed buffer sized from a browser's "
+               "6 KB?); watch it: curl --data-binary @post http://127.0.0.1:"
+               "8000/guestbook with such a body")
+    status, page = get(server.port, "/guestbook")
+    lab.expect(status == 200 and name in page and remark in page, "the post "
+               "of raw 4-byte UTF-8 characters (answered 303) is not shown "
+               "whole on the page")
     links = redis_connections(lab) - before - 1  # less this INFO's own
     lab.expect(links <= 1, f"{links} connections to Redis for "
-               f"{AT_ONCE_PAGES + 2} requests: "
+               f"{AT_ONCE_PAGES + 4} requests: "
                "one link per loop, kept open, carries every command; watch "
                "them: redis-cli INFO stats | grep total_connections_received")
     server.stop()

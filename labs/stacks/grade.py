@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from grading import (Grader, HeldClients, Unmet, _strace,  # labs/grading.py
-                     ab_said, asking_clients, code_only, footprint,
+                     ab_said, build, asking_clients, code_only, footprint,
                      function_body, get, heap_blocks, idle_clients,
                      kept_clients, no_leak,
                      raise_open_file_limit, seconds, smaps, source_text,
@@ -49,8 +49,12 @@ ASKS = 5000  # keep-alive requests for each of FILES, 4 at a time each
 # request, is ERRORS more.
 ERROR_PATHS = (("/no/such/page", 404), ("/img", 301))
 ERRORS = 2000  # keep-alive requests for each, 4 at a time
-REFUSALS = 2000  # refused requests one after another: their lingering close
-REFUSAL_SLACK_KB = 4096  # must leave nothing behind either
+# Refused requests one after another: their lingering close must leave
+# nothing behind either: the address space within REFUSAL_SLACK_KB, and
+# the heap blocks in use within BLOCK_SLACK (a block lost per refusal, its
+# drain buffer, is REFUSALS: twice the slack; the reference: +0).
+REFUSALS = 500
+REFUSAL_SLACK_KB = 4096
 # The rlimits a server may be started under: the stack size is the
 # program's choice, not the shell's (`ulimit -s`).
 STACK_RLIMITS = (("unlimited", resource.RLIM_INFINITY), ("1024 KiB", 1 << 20))
@@ -62,6 +66,11 @@ STACK_RLIMITS = (("unlimited", resource.RLIM_INFINITY), ("1024 KiB", 1 << 20))
 # thread is 64 KiB and a mapping or two, each).
 SPURNED = 400
 SPURN_SLACK = (4096, 16)  # KiB of address space, mappings
+# ...and the heap blocks in use (malloc less free, counted by a preloaded
+# library) back within this: a block allocated for each client refused a
+# thread (its argument) and not freed is SPURNED / 2 more (the reference:
+# about +1).
+SPURN_BLOCKS = 50
 # Out of address space: RLIMIT_AS set (prlimit) to what the server holds
 # plus STARVED_KB, then STARVED idle clients at once: those it has no stack
 # for are dropped, and the server lives on.
@@ -92,6 +101,10 @@ EXIT_HELD_S = 120  # longer than the churn: strace lets it go at the end
 # One malloc arena for all threads: glibc otherwise reserves 64 MiB of
 # address space per arena (up to 8 per core), which would swamp the stacks.
 ENV = {"MALLOC_ARENA_MAX": "1"}
+# make asan's flags (the Makefile's ASAN_CFLAGS; lab-bin adds -O1 and -g):
+# margin measures the ASan build too.
+ASAN_FLAGS = ("-fno-omit-frame-pointer -fsanitize=address,undefined "
+              "-fno-sanitize-recover=undefined")
 LOGGED = {**ENV, "ZEROHTTPD_LOG": "1"}  # the access log: a request goes deeper
 # The largest form a browser sends: a 100-character name and a
 # 2,000-character remark of 3-byte characters, each percent-encoded.
@@ -238,7 +251,32 @@ def margin(lab):
     lab.expect(size >= MARGIN * touched, f"{size} KiB stacks, and a request "
                f"touched {touched} KiB of one: less than {MARGIN}x, no room "
                f"for a deeper path or another libc; {WATCH}")
-    return f"{size} KiB stacks, {touched} KiB touched"
+    server.stop()
+    # The same in the ASan build (make asan's flags): red zones around every
+    # local take a request deeper (about 36 KiB), so that build's stacks
+    # need more (the reference: 1 MiB under __SANITIZE_ADDRESS__).
+    binary = lab.workdir / "asan" / "threaded"
+    ok, said = build(lab.source, binary, "threaded", ASAN_FLAGS)
+    lab.expect(ok, f"the ASan build does not build: {said.strip()[:150]}")
+    server = lab.start(binary=binary, env={
+        **LOGGED, "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0"})
+    conns = deep_requests(lab, server)
+    asan = thread_stacks(server.pid)
+    for conn in conns:
+        conn.close()
+    lab.expect(asan, "no thread stack with a guard page found in "
+               "/proc/PID/smaps of the ASan build")
+    asan_size = min(s for s, _ in asan)
+    asan_touched = max(t for _, t in asan)
+    lab.expect(asan_size >= MARGIN * asan_touched, f"built with ASan (make "
+               f"asan's flags): {asan_size} KiB stacks, and a request "
+               f"touched {asan_touched} KiB of one: less than {MARGIN}x (ASan's "
+               "red zones around every local take a request deeper: that "
+               "build needs more, as the reference's __SANITIZE_ADDRESS__ "
+               "branch gives it); watch: make asan, then ./asan/threaded "
+               "8000 and the stacks' Size and Rss in /proc/PID/smaps")
+    return (f"{size} KiB stacks, {touched} KiB touched; with ASan "
+            f"{asan_size} KiB, {asan_touched} KiB touched")
 
 
 @grader.check(10, "a guard page below every thread's stack; the same "
@@ -557,9 +595,11 @@ def accept_free(lab, server):
               f"{STARVED} clients at once): clients dropped, nothing kept, "
               "accept never held up, the server lives")
 def out_of_threads(lab):
-    server = start(lab)
+    env, blocks = heap_blocks(lab)
+    server = start(lab, {**ENV, **env})
     spurned(lab, server, SPURNED // 5)
     before = footprint(server.pid)[:2]
+    first = blocks()
     took = []
 
     def refusing():
@@ -580,6 +620,16 @@ def out_of_threads(lab):
                "error=EAGAIN:when=2+2 -p PID, as at the thread limit): the "
                "stack made for a thread that never started is never given "
                f"back (munmap it, or reuse it); {WATCH}")
+    kept = wait_for(lambda: blocks() - first,
+                    lambda n: n <= SPURN_BLOCKS, limit=5)
+    lab.expect(kept <= SPURN_BLOCKS, f"{kept:+} heap blocks in use (malloc "
+               f"less free, at most {SPURN_BLOCKS}) after {SPURNED} "
+               "connections one after another while every other "
+               "pthread_create() failed (strace -e inject=clone,clone3:"
+               "error=EAGAIN:when=2+2 -p PID): what was allocated for a "
+               "thread that never started (its argument?) is never freed "
+               "when its client is dropped: free it there; watch: valgrind "
+               "--leak-check=full ./threaded 8000")
     status, _ = get(server.port, "/style.css")
     lab.expect(status == 200, f"GET /style.css answered {status} after "
                "pthread_create() failed")
@@ -615,7 +665,8 @@ def out_of_threads(lab):
     lab.expect(status == 200, f"GET /style.css answered {status} once the "
                "address space had run out and the clients had gone")
     server.stop()
-    return (f"{grown[0]:+} KiB, {grown[1]:+} mappings after {SPURNED} "
+    return (f"{grown[0]:+} KiB, {grown[1]:+} mappings, {kept:+} heap "
+            f"blocks after {SPURNED} "
             f"connections, half refused a thread; a GET answered in "
             f"{took[0] * 1000:.0f} ms beside a stalled client; alive past "
             f"{held} KiB")
@@ -645,7 +696,7 @@ def no_leaks(lab):
                "valgrind --leak-check=full ./threaded 8000")
     errors = error_blocks(lab, server, blocks)
     refused(lab, server, REFUSALS // 5)
-    before = footprint(server.pid)[0]
+    before, first = footprint(server.pid)[0], blocks()
     refused(lab, server, REFUSALS)
     grown_kb = wait_for(lambda: footprint(server.pid)[0] - before,
                         lambda kb: kb <= REFUSAL_SLACK_KB, limit=5)
@@ -653,8 +704,15 @@ def no_leaks(lab):
                f"space after {REFUSALS} refused requests (414) one after "
                f"another (at most {REFUSAL_SLACK_KB}): a lingering close "
                f"leaves something behind; {WATCH}")
-    return (f"{grown}, {more:+} heap blocks; {errors}; {grown_kb:+} KiB "
-            f"after {REFUSALS} refusals")
+    kept = wait_for(lambda: blocks() - first,
+                    lambda n: n <= BLOCK_SLACK, limit=5)
+    lab.expect(kept <= BLOCK_SLACK, f"{kept:+} heap blocks in use (malloc "
+               f"less free, at most {BLOCK_SLACK}) after {REFUSALS} refused "
+               "requests (414) one after another: a lingering close leaves "
+               "a block behind (a drain buffer not freed on one of its ways "
+               "out?); watch: valgrind --leak-check=full ./threaded 8000")
+    return (f"{grown}, {more:+} heap blocks; {errors}; {grown_kb:+} KiB, "
+            f"{kept:+} heap blocks after {REFUSALS} refusals")
 
 
 def error_blocks(lab, server, blocks):
