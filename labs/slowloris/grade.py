@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from grading import (Grader, _strace, big_file, build, cpu_seconds, death,
-                     build_shim,
+                     build_shim, code_only,
                      descriptors, get, idle_clients, raise_open_file_limit,
                      seconds, status_field, wait_for)  # labs/grading.py
 from rawhttp import Connection  # tests/rawhttp.py
@@ -23,12 +23,22 @@ from rawhttp import Connection  # tests/rawhttp.py
 THREADS = 8  # the pool under attack
 ATTACKERS = THREADS + 5  # more connections than threads
 BURST = 10  # new clients arriving at once while the pool is under attack
-WIDE = 16  # threads when each attacker is timed (one for each)
+WIDE = 18  # threads when each attacker is timed (one for each)
 CUT = 11.5  # seconds: the 10 s request limit, and a margin
 TIGHT = 10.6  # seconds: the 10 s request limit when the first byte comes
 #               0.1 s into a second of CLOCK_MONOTONIC (no rounding up)
 BIG_HEAD = (b"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"y" * 8300
             + b"\r\n\r\n")  # 8.3 KB: over MAX_HEAD (8 KiB), within the buffer
+LATE = 9.85  # seconds after a request's first byte: one more byte (what is
+#              left, 0.15 s, rounded up to a whole second would cut at 10.85)
+MAX_BODY = 18932  # the form rule's bound on a POST body (docs/DESIGN.md)
+_MAX_FRONT = (b"POST /guestbook HTTP/1.1\r\nHost: x\r\nContent-Type: "
+              b"application/x-www-form-urlencoded\r\nContent-Length: "
+              + str(MAX_BODY).encode() + b"\r\nConnection: close\r\nX-Pad: ")
+# The largest request: a head of MAX_HEAD (8,192) bytes and a body of
+# MAX_BODY, CONN_BUF_SIZE (27,124) bytes in all: it fits the buffer exactly.
+MAX_REQUEST = (_MAX_FRONT + b"p" * (8192 - len(_MAX_FRONT) - 4) + b"\r\n\r\n"
+               + b"guest-name=a&guest-remarks=" + b"x" * (MAX_BODY - 27))
 IDLE_CUT = 7.5  # seconds: the 5 s idle limit, and a margin
 UPTIME_DAYS = 50  # CLOCK_MONOTONIC this far ahead: its ms pass 2^31 and 2^32
 WALL_STEP = 3600  # seconds the wall clock (CLOCK_REALTIME) steps ahead
@@ -45,6 +55,9 @@ MAKES_FD = ("timerfd_create", "eventfd2", "epoll_create1", "signalfd4",
 HIGH_FD = 1100  # high_descriptors: the server starts with 3..HIGH_FD taken,
 #                 so its clients' descriptors are past FD_SETSIZE (1,024)
 FORTIFY = "-U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2"  # as distributions build
+# What can write an fd_set: a source without any of these is not rebuilt.
+FD_SET_WORDS = re.compile(r"\b(?:fd_set|FD_SET|FD_ISSET|FD_CLR|FD_ZERO|"
+                          r"p?select|select\.h|__fd_mask|fds_bits)\b")
 WATCH = (f"watch it: ZEROHTTPD_THREADS={THREADS} ./prethreaded 8000, the "
          f"handout's {ATTACKERS} idle sockets, then time curl "
          "http://127.0.0.1:8000/")
@@ -394,6 +407,9 @@ def attack_plan(start):
     started with those first bytes); a POST with Expect: 100-continue, its
     head over 7 s, then its body a byte a second (the 100 Continue restarts
     nothing); a byte every 9 s (no single wait is long, the request is);
+    a byte, then one more LATE s later (a wait's timeout rounded up to
+    whole seconds holds it to 10.85 s); a POST with Expect: 100-continue
+    whose head ends at 8.5 s, then nothing (the 100 starts no new 5 s);
     a blank line every 2 s (bytes all the same: the request clock runs);
     a keep-alive request answered, then silence (the idle limit holds
     between requests too, not only before the first)."""
@@ -417,6 +433,13 @@ def attack_plan(start):
         plans.append(("a byte every 9 s", TIGHT,
                       [(start + 9 * i, ENDLESS_HEAD[i:i + 1])
                        for i in range(4)]))
+    plans.append((f"a byte, then one more {LATE} s later (0.15 s left: a "
+                  "wait's timeout rounded up to whole seconds waits 1 s)",
+                  TIGHT, [(start, ENDLESS_HEAD[:1]),
+                          (start + LATE, ENDLESS_HEAD[1:2])]))
+    plans.append(("Expect: 100-continue, head over 8.5 s, then nothing (no "
+                  "new 5 s for the body after the 100)", TIGHT,
+                  [(start, expect[:20]), (start + 8.5, expect[20:])]))
     plans.append(("a blank line (CR LF) every 2 s", TIGHT,
                   [(start + 2 * i, b"\r\n") for i in range(10)]))
     plans.append(("a head of 8.3 KB, over MAX_HEAD, sent at once", CUT,
@@ -500,10 +523,13 @@ def after_answer(data):
 @grader.check(15, f"attackers of every shape: each cut within {TIGHT} s of "
               "its request's first byte, with one 408 or nothing; an 8.3 KB "
               f"head answered 431; an idle keep-alive client within "
-              f"{IDLE_CUT} s, silently")
+              f"{IDLE_CUT} s, silently; the largest request answered; then "
+              f"{WIDE} two-piece requests served and left idle: no "
+              "descriptor left behind")
 def every_attacker_cut(lab):
     server = lab.start(env={"ZEROHTTPD_THREADS": str(WIDE)})
     get(server.port, "/")
+    before = len(descriptors(server.pid))
     start = time.monotonic() + 0.5  # 0.1 s into a second: a deadline in
     plans = attack_plan(start + (0.1 - start % 1) % 1)  # whole seconds
     # rounded up would cut 10.9 s after the first byte
@@ -560,9 +586,103 @@ def every_attacker_cut(lab):
                "http://127.0.0.1:8000/ http://127.0.0.1:8000/ reuses one "
                "connection, or nc 127.0.0.1 8000, a request, then wait 5 s"
                if more else "")
+    status = max_request(server.port)
+    lab.expect(status and status not in (408, 413, 431),
+               f"the largest request, a head of MAX_HEAD (8,192) bytes and a "
+               f"body of {MAX_BODY:,} (the form rule's bound), "
+               f"{len(MAX_REQUEST):,} bytes sent at once, exactly "
+               "CONN_BUF_SIZE, was " + (f"answered {status}" if status else
+                                        "not answered (closed, or reset)")
+               + ": every request within the bounds fits the buffer, with "
+               "not a byte to spare: the room left to read into is "
+               "CONN_BUF_SIZE - c->len (no terminator: the parser takes a "
+               "length), and a recv() of 0 bytes returns 0, read as the "
+               "client's close; watch it: a POST of a head of 8,192 bytes "
+               f"and a body of {MAX_BODY:,} through nc")
+    # Then a new client for each thread, its head in two pieces: 13 of the
+    # threads have just cut a request (the timeout path), and nothing of it
+    # may stay behind; then each is left idle and cut (the 5 s limit).
+    answers, gone = after_cuts(server.port)
+    lab.expect(all(a == 200 for a in answers),
+               f"of {WIDE} new clients at once, one for each thread, each "
+               "sending its head in two pieces 0.3 s apart after every "
+               f"attacker was cut, {sum(a != 200 for a in answers)} were not "
+               "answered (answered: " + ", ".join(str(a) for a in answers)
+               + "): the first byte's time of a request cut by its deadline "
+               "kept (per thread, static or __thread) and not reset on that "
+               "way out: the thread's next request that needs a second "
+               "recv() finds its deadline long past; keep the clock in "
+               "read_request() (or the connection), or reset it on every "
+               "return; watch it: printf 'GET / HT' | nc 127.0.0.1 8000 "
+               "(cut after 10 s), then the handout's second block")
+    now = wait_for(lambda: len(descriptors(server.pid)),
+                   lambda n: n <= before + WIDE, 2)
+    lab.expect(now <= before + WIDE,
+               f"the server held {before} descriptors before the attackers, "
+               f"{now} once {len(plans) + WIDE - 1} connections had been cut "
+               f"by a deadline ({gone} of them {WIDE} keep-alive clients "
+               "answered, then idle) and every client had gone (at most "
+               f"{before + WIDE}: one kept by each of the {WIDE} threads): "
+               "a descriptor made for each request (a timerfd?) not closed "
+               "when its deadline ends it? Every way out of read_request() "
+               "closes it, the timeout's too; once the table is full no "
+               "client is accepted (docs/DESIGN.md: no server leaks "
+               "descriptors); watch it: ls /proc/PID/fd | wc -l before and "
+               "after 20 nc 127.0.0.1 8000 left to be cut")
     cut = [h for h, (_, t, _) in zip(held, plans) if t == TIGHT and h]
     return (f"the longest held {max(h or 0 for h in held):.2f} s; requests "
-            f"cut by {max(cut or [0]):.2f} s")
+            f"cut by {max(cut or [0]):.2f} s; the largest request answered "
+            f"{status}; {now - before:+} descriptors after {gone} idle cuts")
+
+
+def max_request(port):
+    """The status of the answer to MAX_REQUEST sent at once (0: none)."""
+    with socket.create_connection(("127.0.0.1", port),
+                                  timeout=seconds(5)) as sock:
+        try:
+            sock.sendall(MAX_REQUEST)
+            return read_answer(sock)[0]
+        except OSError:
+            return 0
+
+
+def after_cuts(port):
+    """WIDE keep-alive clients at once, each a request in two pieces 0.3 s
+    apart: (their statuses, 0 for none; how many the server then closed,
+    idle, within IDLE_CUT s)."""
+    ask = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+    socks = idle_clients(port, WIDE)
+    answers, sel, gone = [], selectors.DefaultSelector(), 0
+    try:
+        for s in socks:
+            s.settimeout(seconds(5))
+            s.send(ask[:16])
+        time.sleep(0.3)
+        for s in socks:
+            try:
+                s.sendall(ask[16:])
+                answers.append(read_answer(s)[0])
+            except OSError:
+                answers.append(0)
+        if any(a != 200 for a in answers):
+            return answers, gone
+        for s in socks:
+            sel.register(s, selectors.EVENT_READ)
+        end = time.monotonic() + seconds(IDLE_CUT)
+        while gone < len(socks) and time.monotonic() < end:
+            for key, _ in sel.select(end - time.monotonic()):
+                try:
+                    closed = not key.fileobj.recv(4096)
+                except OSError:
+                    closed = True
+                if closed:
+                    sel.unregister(key.fileobj)
+                    gone += 1
+        return answers, gone
+    finally:
+        sel.close()
+        for s in socks:
+            s.close()
 
 
 def read_answer(sock):
@@ -617,12 +737,50 @@ def slow_download(port, path):
         sock.close()
 
 
+def pipelined_behind_download(port, path):
+    """A client that sends a request for a big file and the first bytes of
+    the next at once, reads the answer only after 4 s (the server's send
+    waits for it), and finishes the next request 7 s after reading it: its
+    10 s run from when the server turns to it. None if it was served."""
+    ask = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+    label = ("a request whose first bytes came with the request for a big "
+             "file, finished 7 s after the client had read that answer "
+             "(which it read only after 4 s), 11 s after those bytes came "
+             "(its 10 s run from when the server turns to it, once the "
+             "answer before it is sent: the time a slow reader takes over "
+             "that answer is the server's, not the client's silence; "
+             "docs/DESIGN.md, Limits and errors)")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+    sock.settimeout(seconds(20))
+    try:
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+                     + ask[:16])
+        time.sleep(4.0)  # the server's send blocks: its buffers are full
+        status, _ = read_answer(sock)
+        if status != 200:
+            return f"a big file was answered {status}"
+        time.sleep(7.0)
+        try:
+            sock.sendall(ask[16:])
+            status, _ = read_answer(sock)
+        except OSError as error:
+            return f"{label} was cut ({str(error)[:60]})"
+        return None if status == 200 else (
+            f"{label} was " + (f"answered {status}" if status else "cut"))
+    finally:
+        sock.close()
+
+
 def slow_but_legitimate(port, kind):
     """One client inside the limits, as `kind` says: None if it was served,
     else what went wrong."""
     ask = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
     if kind.startswith("/"):
         return slow_download(port, kind)
+    if kind.startswith("+"):
+        return pipelined_behind_download(port, kind[1:])
     with Connection(port, timeout=seconds(20)) as conn:
         if kind in ("trickle", "idle-trickle"):  # 3 pieces 3.5 s apart
             if kind == "idle-trickle":  # 4 s silent first: 11 s in all
@@ -708,9 +866,15 @@ def slow_but_legitimate(port, kind):
 
 @grader.check(15, "slow but legitimate clients are served: a head sent over "
               "7 s, a first request after 3 s silent, a keep-alive pause of "
-              "3 s, a request 6 s after a blank line")
+              "3 s, a request 6 s after a blank line, a request pipelined "
+              "behind a big answer read late, finished 7 s after it")
 def slow_clients_served(lab):
-    wrong = slow_clients(lab, ["trickle", "late", "pause", "blank"])
+    # As in combined_slow_clients: an answer that ends only once the
+    # client has read most of it.
+    wmem = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    path = big_file(lab, max(8 << 20, 2 * wmem))
+    wrong = slow_clients(lab, ["trickle", "late", "pause", "blank",
+                               "+" + path])
     lab.expect(not wrong,
                "; ".join(wrong) + ": a deadline shorter than the 5 s idle or "
                "the 10 s request limit; watch it with the handout's second "
@@ -885,9 +1049,15 @@ __attribute__((constructor)) static void take_low_descriptors(void)
 def high_descriptors(lab):
     lab.expect(lab.source is not None, f"no source to build with {FORTIFY} "
                "(grade with --src)")
-    binary = lab.workdir / "fortify" / "prethreaded"
-    ok, said = build(lab.source, binary, "prethreaded", FORTIFY)
-    lab.expect(ok, f"{FORTIFY} does not build: {said.strip()[:150]}")
+    # The fortified build is what makes an fd_set written past its end
+    # fail at once (__fdelt_chk); a source with no fd_set, FD_* macro,
+    # select() or <sys/select.h> cannot write one, and its own build
+    # serves as it is (a build is most of this check's CPU).
+    binary = None
+    if FD_SET_WORDS.search(code_only(lab.source.read_text(errors="replace"))):
+        binary = lab.workdir / "fortify" / "prethreaded"
+        ok, said = build(lab.source, binary, "prethreaded", FORTIFY)
+        lab.expect(ok, f"{FORTIFY} does not build: {said.strip()[:150]}")
     shim = build_shim(lab, "high", HIGH, f"-DHIGH_FD={HIGH_FD}")
     raise_open_file_limit()  # the server's soft limit: the hard one
     server = lab.start(binary=binary, env={
