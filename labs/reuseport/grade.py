@@ -10,6 +10,8 @@ import ctypes
 import errno
 import os
 import re
+import selectors
+import signal
 import socket
 import struct
 import subprocess
@@ -43,19 +45,28 @@ NTH_FAILS = r"""
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static int fail_errno = -1; /* this run's, when FAIL_ERRNOS gave a list */
 static int failed(void)
 {
-    errno = atoi(getenv("FAIL_ERRNO"));
+    errno = fail_errno >= 0 ? fail_errno : atoi(getenv("FAIL_ERRNO"));
     return -1;
 }
 static int failing(const char *name)
 {
     static int calls;
     const char *which = getenv("FAIL_CALL"), *from = getenv("FAIL_FROM");
-    if (!which || !from || !getenv("FAIL_ERRNO") || strcmp(which, name) != 0)
+    if (!which || !from || (fail_errno < 0 && !getenv("FAIL_ERRNO")) ||
+        strcmp(which, name) != 0)
         return 0;
     return __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST) >= atoi(from);
 }
@@ -100,6 +111,114 @@ int setsockopt(int fd, int level, int name, const void *v, socklen_t n)
          failing("TCP_NODELAY")))
         return failed();
     return real(fd, level, name, v, n);
+}
+/* FAIL_ERRNOS=E1,E2,... (with FAIL_REPORT, a descriptor, and FAIL_WAIT_MS):
+ * one run per errno, each a fork() of this process made before main(), as
+ * an exec would start it but without the exec and the dynamic linking
+ * (most of a run's cost): the child runs main() with its errno; the parent
+ * waits for it, at most FAIL_WAIT_MS, and writes a line to FAIL_REPORT,
+ * "E exit N", "E signal N", or "E running PID" (then it waits, and the
+ * grader kills that PID). It stops after a run that exits 0 or runs on. */
+__attribute__((constructor)) static void each_errno(void)
+{
+    const char *list = getenv("FAIL_ERRNOS"), *fd = getenv("FAIL_REPORT"),
+               *wait_ms = getenv("FAIL_WAIT_MS");
+    char *end;
+    int status;
+    if (!list || !fd || !wait_ms)
+        return;
+    for (const char *p = list; *p; p = *end ? end + 1 : end) {
+        int e = (int)strtol(p, &end, 10), report = atoi(fd);
+        pid_t child = fork();
+        if (child == 0) {
+            fail_errno = e;
+            close(report);
+            unsetenv("FAIL_ERRNOS");
+            return;
+        }
+        int pidfd = child < 0 ? -1 : (int)syscall(SYS_pidfd_open, child, 0);
+        if (pidfd < 0) {
+            dprintf(report, "%d error %d\n", e, errno);
+            if (child > 0)
+                kill(child, SIGKILL);
+            _exit(2);
+        }
+        struct pollfd exited = {.fd = pidfd, .events = POLLIN};
+        int ready;
+        while ((ready = poll(&exited, 1, atoi(wait_ms))) < 0 && errno == EINTR)
+            ;
+        if (ready == 0) {
+            dprintf(report, "%d running %d\n", e, (int)child);
+            waitpid(child, &status, 0);
+            _exit(0);
+        }
+        close(pidfd);
+        waitpid(child, &status, 0);
+        if (WIFEXITED(status))
+            dprintf(report, "%d exit %d\n", e, WEXITSTATUS(status));
+        else
+            dprintf(report, "%d signal %d\n", e, WTERMSIG(status));
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+            _exit(0);
+    }
+    _exit(0);
+}
+/* Calls a set-up may add beyond the six (FAIL_CALL=getsockname,
+ * getsockopt, fcntl or ioctl): any of them failing must not leave a loop
+ * sharing the first listener either. */
+int getsockname(int fd, struct sockaddr *a, socklen_t *n)
+{
+    static int (*real)(int, struct sockaddr *, socklen_t *);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "getsockname");
+    if (failing("getsockname"))
+        return failed();
+    return real(fd, a, n);
+}
+int getsockopt(int fd, int level, int name, void *v, socklen_t *n)
+{
+    static int (*real)(int, int, int, void *, socklen_t *);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "getsockopt");
+    if (failing("getsockopt"))
+        return failed();
+    return real(fd, level, name, v, n);
+}
+static int fcntl_as(const char *symbol, int fd, int cmd, void *arg)
+{
+    int (*real)(int, int, ...) = dlsym(RTLD_NEXT, symbol);
+    if (failing("fcntl"))
+        return failed();
+    return real(fd, cmd, arg);
+}
+int fcntl(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    return fcntl_as("fcntl", fd, cmd, arg);
+}
+int fcntl64(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    return fcntl_as("fcntl64", fd, cmd, arg);
+}
+int ioctl(int fd, unsigned long request, ...)
+{
+    static int (*real)(int, unsigned long, ...);
+    va_list ap;
+    va_start(ap, request);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "ioctl");
+    if (failing("ioctl"))
+        return failed();
+    return real(fd, request, arg);
 }
 """
 
@@ -243,6 +362,13 @@ def started(lab):
 def own_listeners(lab):
     server = started(lab)
     count = len(listening_inodes(server.port))
+    if count != LOOPS and server.proc.poll() is None:
+        # Short of listeners, a loop may be watching a socket that does
+        # not listen (epoll says EPOLLHUP for ever: it spins, and no
+        # SIGTERM reaches it for the 10 s the stop waits): killed now,
+        # by its PID, as stopped by the check.
+        server.proc.kill()
+        server.result = server.proc.wait()
     lab.expect(count == LOOPS, f"{count} listening socket(s) on the port, "
                f"not one per loop: see them with {RUN} `ss -ltnpe "
                "'sport = :8000'` (one inode each)")
@@ -399,6 +525,7 @@ FAILED = {  # what fails, from the 2nd call on, and what it costs a loop
 # right answer may retry (here they would fail again, for ever).
 NAMES = {**errno.errorcode, errno.EOPNOTSUPP: "EOPNOTSUPP"}
 EVERY_ERRNO = sorted(set(NAMES) - {errno.EINTR, errno.EAGAIN})
+EXTRA_CALLS = ("getsockname", "getsockopt", "fcntl", "ioctl")
 RUNS = [(key.split()[0], name, error, cost)
         for key, (name, error, cost) in FAILED.items()]
 RUNS += [(call, name, NAMES[number], cost)
@@ -407,34 +534,88 @@ RUNS += [(call, name, NAMES[number], cost)
          if (call, NAMES[number]) not in {run[::2] for run in RUNS}]
 
 
+# RUNS in order, each run of one call's consecutive errnos in one group:
+# one exec, one fork() per errno (FAIL_ERRNOS in NTH_FAILS).
+RUN_GROUPS = []
+for _call, _name, _error, _cost in RUNS:
+    if RUN_GROUPS and RUN_GROUPS[-1][0] == _call:
+        RUN_GROUPS[-1][3].append(_error)
+    else:
+        RUN_GROUPS.append((_call, _name, _cost, [_error]))
+
+
+def failing_runs(lab, shim, call, errors):
+    """The server started once per errno in errors (in order), with call
+    failing from the 2nd on, each run waited for 5 s: (errno, exit code,
+    listening sockets) of the first run that exited 0 or ran on (code
+    None; what it ran on with is counted, then it is killed by its PID),
+    else (None, its exit code, 0)."""
+    port = free_port()
+    read_end, write_end = os.pipe()
+    run = subprocess.Popen(
+        [str(lab.binary.path), str(port), "127.0.0.1", str(lab.redis.port)],
+        cwd=lab.site, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        pass_fds=(write_end,), env={
+            **os.environ, **ENV, "LD_PRELOAD": str(shim),
+            "FAIL_CALL": call, "FAIL_FROM": "2",
+            "FAIL_ERRNOS": ",".join(str(getattr(errno, error))
+                                    for error in errors),
+            "FAIL_REPORT": str(write_end),
+            "FAIL_WAIT_MS": str(int(seconds(5) * 1000))})
+    os.close(write_end)
+    names = {getattr(errno, error): error for error in errors}
+    said, outcome, code, done = b"", None, 1, 0
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(read_end, selectors.EVENT_READ)
+            while outcome is None and sel.select(timeout=seconds(10)):
+                chunk = os.read(read_end, 4096)
+                if not chunk:
+                    break
+                said += chunk
+                *lines, said = said.split(b"\n")
+                for line in lines:
+                    number, what, value = line.decode().split()
+                    done += 1
+                    if what == "running":
+                        up = len(listening_inodes(port))
+                        os.kill(int(value), signal.SIGKILL)  # not reaped yet
+                        outcome = (names[int(number)], None, up)
+                    elif what == "error":
+                        raise RuntimeError(f"the grader's fork: errno {value}")
+                    else:
+                        code = int(value) if what == "exit" else -int(value)
+                        if code == 0:
+                            outcome = (names[int(number)], 0, 0)
+                    if outcome:
+                        break
+    finally:
+        os.close(read_end)
+        if run.poll() is None:
+            try:
+                run.wait(timeout=seconds(10))
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.wait()
+    if not outcome and done < len(errors):
+        raise RuntimeError(f"the grader's runs of {call} ended after {done} "
+                           f"of {len(errors)} errnos")
+    return outcome or (None, code, 0)
+
+
 @check(10, "a listener that cannot be set up stops the server: every "
        "socket(), setsockopt(SO_REUSEPORT), (SO_REUSEADDR), (TCP_NODELAY), "
        f"bind() or listen() from the 2nd on failing, with any of "
        f"{len(EVERY_ERRNO)} errnos, exits it, not a loop with a listener "
-       "missing, borrowed or set up short; each socket has SO_REUSEADDR "
-       "before its bind(), none has a buffer size set, and no listener is "
-       "closed while the loops start")
+       "missing, borrowed or set up short; a getsockname(), getsockopt(), "
+       "fcntl() or ioctl() failing leaves no loop without a listener of "
+       "its own; each socket has SO_REUSEADDR before its bind(), none has "
+       "a buffer size set, and no listener is closed or shut down while "
+       "the loops start")
 def setup_failures_fatal(lab):
     shim = build_shim(lab, "nth_fails", NTH_FAILS, "-ldl")
-    for call, name, error, cost in RUNS:
-        port = free_port()
-        run = subprocess.Popen(
-            [str(lab.binary.path), str(port), "127.0.0.1",
-             str(lab.redis.port)], cwd=lab.site, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, env={
-                **os.environ, **ENV, "LD_PRELOAD": str(shim),
-                "FAIL_CALL": call, "FAIL_FROM": "2",
-                "FAIL_ERRNO": str(getattr(errno, error))})
-        code = None
-        try:
-            code = run.wait(timeout=seconds(5))
-        except subprocess.TimeoutExpired:
-            pass
-        finally:  # what it ran on with, if it ran on
-            up = len(listening_inodes(port)) if code is None else 0
-            if run.poll() is None:
-                run.kill()
-                run.wait()
+    for call, name, cost, errors in RUN_GROUPS:
+        error, code, up = failing_runs(lab, shim, call, errors)
         lab.expect(code not in (None, 0), f"every {name} from the 2nd on "
                    f"failed ({error}), and the server "
                    f"{'ran on for 5 s' if code is None else 'exited 0'} "
@@ -446,19 +627,55 @@ def setup_failures_fatal(lab):
                     else f"{call}:error={error}:when=2+") + f" {RUN[:-2]}"
                    + (": the first listener's three pass" if "_" in call
                       else "") + ")")
+    # A call the set-up may add (getsockname() to copy the first's address,
+    # getsockopt() to copy an option, fcntl() or ioctl() for a flag) failing
+    # from the 1st on, ENOBUFS: the server may exit non-zero, or run on
+    # (the reference makes no such call on a listener), but only with a
+    # listener of its own for every loop, never falling back to a dup().
+    for call in EXTRA_CALLS:
+        port = free_port()
+        run = subprocess.Popen(
+            [str(lab.binary.path), str(port), "127.0.0.1",
+             str(lab.redis.port)], cwd=lab.site, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env={
+                **os.environ, **ENV, "LD_PRELOAD": str(shim),
+                "FAIL_CALL": call, "FAIL_FROM": "1",
+                "FAIL_ERRNO": str(errno.ENOBUFS)})
+        try:
+            up = wait_for(lambda: len(listening_inodes(port)),
+                          lambda n: n >= LOOPS or run.poll() is not None,
+                          limit=5)
+            code = run.poll()
+        finally:
+            if run.poll() is None:
+                run.kill()
+            run.wait()
+        lab.expect(code not in (None, 0) or (code is None and up == LOOPS),
+                   f"every {call}() failed (ENOBUFS), and the server "
+                   f"{'ran on for 5 s' if code is None else 'exited 0'} "
+                   f"with {up} listening socket(s) on the port for {LOOPS} "
+                   f"loops: {BORROWED} is not the server asked for; any "
+                   "failure while a listener is set up is fatal, whatever "
+                   f"the call: die() (see it with strace -f -e inject={call}"
+                   f":error=ENOBUFS {RUN[:-2]})")
     # Traced from exec on: the closes of the start-up, each socket named
     # with its address (-yy), until every loop's listener is up.
     port = free_port()
     trace = lab.workdir / "start.strace"
     run = subprocess.Popen(
         ["strace", "-f", "-qq", "-yy", "-o", str(trace), "-e",
-         "trace=close,setsockopt,bind",
+         "trace=close,shutdown,dup2,dup3,setsockopt,bind",
          str(lab.binary.path), str(port), "127.0.0.1", str(lab.redis.port)],
         cwd=lab.site, env={**os.environ, **ENV}, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: len(listening_inodes(port)), lambda n: n >= LOOPS,
-                 limit=seconds(5))
+        # Up: every listener, and every loop started (each loop's
+        # loop_init() sets TCP_DEFER_ACCEPT on its listener, after all
+        # loops_start() does), not a fixed time that load can outrun.
+        wait_for(lambda: (len(listening_inodes(port)),
+                          trace.read_text().count("TCP_DEFER_ACCEPT")
+                          if trace.exists() else 0),
+                 lambda up: min(up) >= LOOPS, limit=20)
         time.sleep(seconds(0.2))
         upto = trace.read_text() if trace.exists() else ""  # before the stop
     finally:  # the server is strace's child: stop it, and strace ends
@@ -506,12 +723,18 @@ def setup_failures_fatal(lab):
                "longer grow with the connection (autotuning); the first "
                "listener sets none, set none (see strace -f -e "
                f"trace=setsockopt {RUN[:-2]})")
+    # Ended: closed, shut down (shutdown() of a listener resets its queue
+    # as close() does, and leaves the socket bound), or a dup2()/dup3()
+    # over its descriptor.
+    on_port = rf"\d+<TCP\w*:\[[^\]]*:{port}\]>"
     closed = [line for line in upto.splitlines()
-              if re.search(rf"close\(\d+<TCP\w*:\[[^\]]*:{port}\]>", line)]
-    lab.expect(not closed, f"a socket on the port was closed while the "
-               f"loops started ({closed[0][-80:] if closed else ''}): a "
-               "client the kernel had queued on it is reset; the first "
-               "listener is loop 0's, the others are added beside it")
+              if re.search(rf"(close|shutdown)\({on_port}", line) or
+              re.search(rf"dup[23]\(\d+(<[^>]*>)?, {on_port}", line)]
+    lab.expect(not closed, f"a socket on the port was closed or shut down "
+               f"while the loops started ({closed[0][-80:] if closed else ''}"
+               "): a client the kernel had queued on it is reset (close(), "
+               "shutdown() or a dup2() over it alike); the first listener "
+               "is loop 0's, kept as it is, the others are added beside it")
 
 
 grader.still_serves(10, env=ENV)
