@@ -21,7 +21,7 @@ PORT        ?= 8000
 comma       := ,
 
 .PHONY: all asan check-sync sync-shared format format-check deps test test-quick demo sweep \
-        sweep-full sweep-table results results-check fuzz soak lab grade \
+        sweep-full sweep-table sweep-costs results results-check fuzz soak lab grade \
         handout lab-bin trace mutate clean
 all: $(BINS)
 asan: $(ASAN)
@@ -104,6 +104,20 @@ sweep: deps
 sweep-full: deps
 	$(MAKE) all
 	py=$$(tools/python matplotlib) && "$$py" loadtest/sweep --no-build
+
+# What each model costs (loadtest/README.md): the cost table (all ten and a
+# one-worker nginx at c=1000, then beside 10,000 idle keep-alive clients),
+# then latency under a fixed offered rate (httperf, open loop) for six
+# models, with the knee where each falls over. About 3 + 8 minutes here.
+SWEEP_COSTS_ARGS ?= --requests 5000 --timeout 5
+SWEEP_RATES      ?= 500,1000,1500,2000,3000,4000,6000,8000
+KNEE_SERVERS     := iterative,forking,threaded,prethreaded,epoll,io_uring
+sweep-costs: deps
+	$(MAKE) all
+	py=$$(tools/python matplotlib) && \
+	"$$py" loadtest/sweep --no-build --costs $(SWEEP_COSTS_ARGS) && \
+	"$$py" loadtest/sweep --no-build --servers $(KNEE_SERVERS) \
+	    --rate $(SWEEP_RATES) --duration 2 --timeout 2
 
 # The full sweep twice, unpinned and then pinned in the article's shape (the
 # server alone on CPU 1; ab, Redis and nginx on CPU 0), each into a folder of

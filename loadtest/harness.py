@@ -19,8 +19,9 @@ Load-test specific, here:
   - Redis: processes.RedisServer at a Place (pinned, or on another host).
   - start_server(): one zerohttpd server, up once it prints its listening
     line; start_nginx(): nginx with a config the caller writes.
-  - parse_ab(), parse_wrk(): ApacheBench's or wrk's report as a dict, or
-    into a record.
+  - parse_ab(), parse_wrk(), parse_httperf(): ApacheBench's, wrk's or
+    httperf's report as a dict, or into a record.
+  - IdleConnections: keep-alive connections held open, idle, beside a run.
   - RunCost: what one client run cost the server's process tree (CPU,
     context switches, peak memory and tasks, from /proc, with a sampler
     thread), Redis and the client; tree_pids(), cpu_and_switches(),
@@ -41,9 +42,11 @@ import io
 import os
 import re
 import resource
+import selectors
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -619,6 +622,92 @@ class RunCost:
         return found
 
 
+# ===== Idle keep-alive connections beside the load =====
+
+IDLE_WAIT = 5.0  # seconds for the idle connections' replies, at most: the
+#                  servers close a connection idle for 5 s, so the run must
+#                  start soon after
+IDLE_BATCH = 500  # connections opened before looking at the replies
+
+
+class IdleConnections:
+    """count keep-alive connections to address:port, each of which has sent
+    one request (`GET path HTTP/1.1`) and then stays silent, as a browser's
+    between two pages. Held while the `with` lasts:
+
+        with IdleConnections(address, port, 10000, "/") as idle:
+            ...run the client...
+        idle.answered, idle.held
+
+    The replies are read (for at most IDLE_WAIT seconds) so that the server
+    has accepted and served them before the run. answered: connections that
+    got a reply; held: those the server had not closed when the `with`
+    ended. Sockets are non-blocking and never inherited by the client."""
+
+    def __init__(self, address, port, count, path):
+        self.where = (address, port)
+        self.count = count
+        self.request = (f"GET {path} HTTP/1.1\r\nHost: {address}:{port}\r\n"
+                        "\r\n").encode()
+        self.socks = {}  # fd: socket
+        self.answered = self.held = 0
+
+    def __enter__(self):
+        with selectors.DefaultSelector() as sel:
+            deadline = time.monotonic() + IDLE_WAIT
+            while len(self.socks) < self.count:
+                self.open(sel, min(IDLE_BATCH, self.count - len(self.socks)))
+                self.serve(sel, 0)
+            while self.answered < len(self.socks) and \
+                    time.monotonic() < deadline:
+                self.serve(sel, deadline - time.monotonic())
+        return self
+
+    def open(self, sel, n):
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            s.connect_ex(self.where)  # EINPROGRESS; writable once connected
+            self.socks[s.fileno()] = s
+            sel.register(s, selectors.EVENT_WRITE)
+
+    def serve(self, sel, timeout):
+        """Send each connected socket its request, read what replies."""
+        for key, events in sel.select(max(timeout, 0)):
+            s = key.fileobj
+            if events & selectors.EVENT_WRITE:
+                if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                    sel.unregister(s)  # refused: never opened
+                    continue
+                s.send(self.request)  # a few bytes: the buffer takes them
+                sel.modify(s, selectors.EVENT_READ)
+            elif self.drain(s):
+                self.answered += 1
+                sel.unregister(s)  # the rest stays in its buffer
+
+    @staticmethod
+    def drain(s):
+        """Read what is there: True if anything was, None if closed."""
+        got = False
+        try:
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    return None
+                got = True
+        except BlockingIOError:
+            return got
+        except OSError:
+            return None
+
+    def __exit__(self, *exc):
+        self.held = sum(1 for s in self.socks.values()
+                        if self.drain(s) is not None)
+        for s in self.socks.values():
+            s.close()
+        self.socks.clear()
+
+
 # ===== Redis =====
 
 class Redis(processes.RedisServer):
@@ -794,6 +883,88 @@ def parse_wrk(text, into=None):
     rate = re.search(r"^Requests/sec:\s+([\d.]+)", text, re.M)
     if rate:
         found["rps"] = float(rate.group(1))
+    return deliver(found, into)
+
+
+# ===== httperf: a fixed offered rate (open loop) =====
+
+HTTPERF_FIELDS = {  # field: pattern in httperf's report (run with -v -v)
+    "created": r"^Total: connections (\d+) ",
+    "complete": r"^Total: .* replies (\d+) ",
+    "ok": r"^Reply status: .*2xx=(\d+) ",
+    "timeouts": r"^Errors: total \d+ client-timo (\d+) ",
+    "socket_timeouts": r"^Errors: .* socket-timo (\d+) ",
+    "refused": r"^Errors: .* connrefused (\d+) ",
+    "receive": r"^Errors: .* connreset (\d+)$",
+    "no_descriptor": r"^Errors: fd-unavail (\d+) ",
+    "no_port": r"^Errors: .* addrunavail (\d+) ",
+    "table_full": r"^Errors: .* ftab-full (\d+) ",
+    "exceptions": r"^Errors: .* other (\d+)$",
+}
+HTTPERF_BIN = re.compile(r"^\s+([\d.]+)\s+(\d+)$", re.M)  # histogram line
+PERCENTILES = {"p50_ms": 0.50, "p99_ms": 0.99, "p999_ms": 0.999}
+
+
+def lifetime_histogram(text):
+    """httperf -v -v's "Connection lifetime histogram": [(ms, count)],
+    fastest first (1 ms bins, each written at its middle: 0.5, 1.5, ...)."""
+    part = text.partition("Connection lifetime histogram")[2]
+    part = part.partition("\nTotal:")[0]
+    return sorted((float(ms), int(n)) for ms, n in HTTPERF_BIN.findall(part))
+
+
+def percentile(bins, good, total, q, slower_ms):
+    """The q-quantile of `total` requests: the `good` fastest of the bins
+    (replies), the rest (failed, or never sent) as slower_ms."""
+    rank, seen = q * total, 0
+    for ms, n in bins:
+        seen += min(n, good - seen)
+        if seen >= rank:
+            return ms
+        if seen >= good:
+            break
+    return slower_ms
+
+
+def parse_httperf(text, timeout, offered, into=None):
+    """httperf's report of a run that offered `offered` requests (one a
+    connection) as a dict with parse_ab()'s names: complete (replies),
+    non2xx, the errors
+    (connect: refused, or no descriptor, port or table entry for a new
+    connection: the client was at its cap of open connections; receive:
+    reset; timeouts; exceptions: other) and failed (their sum); rps and
+    achieved_rps (2xx replies per second of the run), mean_ms, and p50,
+    p99, p99.9 over every request offered, a failed one counting as
+    `timeout` seconds (slower than any reply). With `into`, set them as
+    its attributes and return it instead."""
+    raw = {}
+    for field, pattern in HTTPERF_FIELDS.items():
+        match = re.search(pattern, text, re.M)
+        if match:
+            raw[field] = int(match.group(1))
+    found = {key: raw[key] for key in ("complete", "receive", "exceptions")
+             if key in raw}
+    found["connect"] = sum(raw.get(key, 0) for key in (
+        "refused", "no_descriptor", "no_port", "table_full"))
+    found["timeouts"] = raw.get("timeouts", 0) + raw.get("socket_timeouts", 0)
+    found["failed"] = sum(found[key] for key in (
+        "connect", "receive", "timeouts")) + found.get("exceptions", 0)
+    found["non2xx"] = found.get("complete", 0) - raw.get("ok", 0)
+    seconds = first_match(r"^Total: .* test-duration ([\d.]+) s", text, None)
+    if seconds and float(seconds) > 0 and "ok" in raw:
+        found["rps"] = found["achieved_rps"] = round(
+            raw["ok"] / float(seconds), 1)
+    mean = first_match(r"^Connection time \[ms\]: min \S+ avg ([\d.]+)",
+                       text, None)
+    if mean:
+        found["mean_ms"] = float(mean)
+    # a request not sent (no descriptor: at the cap) may be left out of
+    # httperf's count of connections; it was offered all the same
+    bins, total = lifetime_histogram(text), max(offered, raw.get("created", 0))
+    if bins and total:
+        for field, q in PERCENTILES.items():
+            found[field] = percentile(bins, raw.get("ok", 0), total, q,
+                                      1000.0 * timeout)
     return deliver(found, into)
 
 

@@ -1,6 +1,9 @@
 """A sweep's results: the Run record (a row of runs.csv), the tables of
 results.md and of the console, runs.csv written and read back, and the
-charts (chart.png: req/s; chart-cpu.png, chart-p99.png: what it cost).
+charts (chart.png: req/s; chart-cpu.png, chart-p99.png: what it cost);
+for --costs the cost summary table (and costs.csv) with a sentence per
+column read from its numbers, for --rate p99 against offered rate, the
+knees and chart-rate.png.
 
 loadtest/sweep measures and writes through these; loadtest/results-readme
 renders kept sweeps with the same tables, from their runs.csv, so that
@@ -57,6 +60,13 @@ class Run:
     redis_cpu_pct: float | None = None
     client_cpu_pct: float | None = None
     p999_ms: float | None = None  # wrk only: ab's percentiles stop at 99%
+    # --rate (open loop, httperf): the rate offered and the 2xx replies a
+    # second that came back; --costs: idle keep-alive connections held open
+    # beside the load (asked for, and still open at the end of the run)
+    offered_rps: int | None = None
+    achieved_rps: float | None = None
+    idle_conns: int | None = None
+    idle_held: int | None = None
 
     def errors(self):
         return self.failed + self.non2xx
@@ -105,11 +115,11 @@ def cell(runs):
     return text
 
 
-def points(results):
-    """{(server, concurrency): [runs]}"""
+def points(results, key="concurrency"):
+    """{(server, concurrency): [runs]}, or keyed by another Run field."""
     grouped = {}
     for run in results:
-        grouped.setdefault((run.server, run.concurrency), []).append(run)
+        grouped.setdefault((run.server, getattr(run, key)), []).append(run)
     return grouped
 
 
@@ -132,13 +142,15 @@ def table(sweep, results, show):
     return grid(results, show, sweep.args.servers, sweep.args.levels)
 
 
-def grid(results, show, servers, levels):
+def grid(results, show, servers, levels, key="concurrency",
+         label="concurrency"):
     """table() for given servers and levels: also for runs read back from a
-    kept runs.csv (loadtest/results-readme)."""
-    grouped = points(results)
+    kept runs.csv (loadtest/results-readme). key: the Run field the rows
+    are (offered_rps: a row per rate, headed `label`)."""
+    grouped = points(results, key)
     rows = [[str(c)] + [show(grouped.get((server, c), [])) or "" for server
                         in servers] for c in levels]
-    return markdown_table(["concurrency"] + servers, rows)
+    return markdown_table([label] + servers, rows)
 
 
 def median_of(runs, column):
@@ -223,7 +235,9 @@ CELL_LEGEND = """\
 def placement_lines(sweep):
     """Where each component ran, and on which CPUs: one line each."""
     used = {"client": f"client ({sweep.args.client})",
-            "nginx": "nginx" if sweep.args.behind_nginx else None}
+            "nginx": "nginx" if sweep.args.behind_nginx else
+            "nginx (serving the static file, 1 worker)"
+            if sweep.args.nginx_static else None}
     lines = []
     for component, place in sweep.places.items():
         name = used.get(component, component)
@@ -249,7 +263,10 @@ def client_alone(sweep):
 
 def caveat(sweep):
     """What to keep in mind, given the client and where things ran."""
-    if sweep.args.client == "wrk":
+    if sweep.args.client == "httperf":
+        text = ("httperf is single-threaded and busy-polls one core "
+                "whatever the rate offered (client_cpu_pct near 100); ")
+    elif sweep.args.client == "wrk":
         text = ("wrk is multi-threaded and keeps up with fast servers "
                 "better than ab; ")
     else:
@@ -308,14 +325,19 @@ def write_markdown(sweep, results, info, report):
     parts += [f"- Load: {report['load']}",
               f"- Remarks seeded: {'yes' if sweep.seeded else 'no'}; "
               f"visitor count started at {report['visitors']:,}",
-              f"- Command: `{report['command']}`",
-              "", "## Requests per second", "",
-              table(sweep, results, cell), "", CELL_LEGEND, ""]
-    parts += cost_tables(sweep, results) + [not_measured(sweep), ""]
-    if args.runs > 1:
+              f"- Command: `{report['command']}`", ""]
+    if args.rates:
+        parts += rate_markdown(sweep, results)
+    elif args.costs:
+        parts += summary_markdown(sweep, results)
+    else:
+        parts += ["## Requests per second", "",
+                  table(sweep, results, cell), "", CELL_LEGEND, ""]
+        parts += cost_tables(sweep, results) + [not_measured(sweep), ""]
+    if args.runs > 1 and not (args.rates or args.costs):
         parts += ["## Spread (min-max req/s over the runs)", "",
                   table(sweep, results, spread), ""]
-    if has_errors:
+    if has_errors and not (args.rates or args.costs):
         parts += ["## Failed + non-2xx requests (sum over the runs)", "",
                   table(sweep, results, error_count), ""]
     parts += [caveat(sweep), ""]
@@ -377,48 +399,78 @@ CHARTS = [
 ]
 
 
-def write_charts(sweep, results, info):
-    """The CHARTS, one line per server against concurrency; a chart with
-    nothing to show (the server on another host: no CPU) is left out.
-    Returns (the files written, None) or ([], why there are none)."""
+@dataclasses.dataclass
+class Axis:
+    """A chart's x axis: the Run field, its values, its label."""
+    key: str
+    values: list
+    label: str
+
+
+def level_axis(sweep):
+    return Axis("concurrency", sweep.args.levels,
+                f"concurrent clients ({sweep.args.client} -c)")
+
+
+def point_value(column):
+    """What a chart shows of a point's runs: median req/s (column None) or
+    the median of a runs.csv column."""
+    if column is None:
+        return median_rps
+    return lambda runs: median_of(runs, column)
+
+
+def matplotlib_pyplot():
+    """(pyplot, None), or (None, why there is no chart)."""
     try:
         import matplotlib
         matplotlib.use("Agg")  # no display needed
         import matplotlib.pyplot as plt
     except ImportError:
-        return [], (f"matplotlib is not installed for {sys.executable}: no "
-                    "chart (use /usr/bin/python3, or `make sweep`)")
+        return None, (f"matplotlib is not installed for {sys.executable}: "
+                      "no chart (use /usr/bin/python3, or `make sweep`)")
+    return plt, None
+
+
+def write_charts(sweep, results, info):
+    """The CHARTS, one line per server against concurrency; a chart with
+    nothing to show (the server on another host: no CPU) is left out.
+    Returns (the files written, None) or ([], why there are none)."""
+    plt, why = matplotlib_pyplot()
+    if plt is None:
+        return [], why
     written = []
     for name, column, label, log_y in CHARTS:
-        if draw_chart(plt, sweep, results, info, column, label, log_y,
-                      sweep.out / name):
+        if draw_chart(plt, sweep, results, info, point_value(column), label,
+                      log_y, sweep.out / name, level_axis(sweep),
+                      always=column is None):
             written.append(name)
     return written, None
 
 
-def chart_values(sweep, results, column, log_y):
-    """{server: (levels, medians)} of a column (None: req/s) where there is
-    a value (above 0 on a log axis)."""
-    grouped, series = points(results), {}
+def chart_values(sweep, results, value, log_y, axis):
+    """{server: (xs, values)} where a point has a value (above 0 on a log
+    axis)."""
+    grouped, series = points(results, axis.key), {}
     for server in sweep.args.servers:
         pairs = []
-        for c in sweep.args.levels:
-            runs = grouped.get((server, c), [])
-            value = median_rps(runs) if column is None else \
-                median_of(runs, column)
-            if value is not None and (value > 0 or not log_y):
-                pairs.append((c, value))
+        for x in axis.values:
+            y = value(grouped.get((server, x), []))
+            if y is not None and (y > 0 or not log_y):
+                pairs.append((x, y))
         if pairs:
             series[server] = tuple(zip(*pairs))
     return series
 
 
-def draw_chart(plt, sweep, results, info, column, label, log_y, path):
-    """One chart of chart_values() into path; False if it has none."""
+def draw_chart(plt, sweep, results, info, value, label, log_y, path, axis,
+               always=False):
+    """One chart of chart_values() into path; False if it has none (unless
+    always)."""
     from matplotlib.ticker import (FuncFormatter, LogLocator, NullFormatter,
                                    ScalarFormatter)
-    series = chart_values(sweep, results, column, log_y)
-    if not series and column is not None:
+    series = chart_values(sweep, results, value, log_y, axis)
+    if not series and not always:
         return False
     args = sweep.args
     fig, ax = plt.subplots(figsize=(10, 6))
@@ -426,8 +478,8 @@ def draw_chart(plt, sweep, results, info, column, label, log_y, path):
         xs, ys = series.get(server, ((), ()))
         ax.plot(xs, ys, marker="o", label=server)
     ax.set_xscale("log")
-    ax.set_xticks([c for c in args.levels
-                   if len(args.levels) <= 12 or round_number(c)])
+    ax.set_xticks([x for x in axis.values
+                   if len(axis.values) <= 12 or round_number(x)])
     ax.xaxis.set_major_formatter(ScalarFormatter())  # 1000, not 10^3
     ax.xaxis.set_minor_formatter(NullFormatter())
     if log_y:  # ticks at 1, 2, 5 x 10^n, written 20, not 2x10^1
@@ -437,7 +489,7 @@ def draw_chart(plt, sweep, results, info, column, label, log_y, path):
         ax.yaxis.set_minor_formatter(NullFormatter())
     else:
         ax.set_ylim(bottom=0)
-    ax.set_xlabel(f"concurrent clients ({args.client} -c)")
+    ax.set_xlabel(axis.label)
     ax.set_ylabel(label)
     nginx = f" behind nginx ({args.behind_nginx} instances)" \
         if args.behind_nginx else ""
@@ -454,3 +506,352 @@ def draw_chart(plt, sweep, results, info, column, label, log_y, path):
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
+
+
+# ===== --costs: the cost summary table =====
+# One row per server (and nginx for a static file), at one concurrency, once
+# alone and once beside idle keep-alive connections: what an instructor puts
+# on a slide. The sentences under it are read from its numbers.
+
+SUMMARY_COLUMNS = [  # (header, Run field)
+    ("req/s", "rps"), ("p99 ms", "p99_ms"),
+    ("server µs/req", "server_us_per_req"),
+    ("switches/req", "switches_per_req"), ("KiB/conn", "kib_per_conn"),
+    ("tasks", "peak_tasks"),
+]
+SUMMARY_CSV = ["server", "concurrency", "idle_conns"] + [
+    field for _, field in SUMMARY_COLUMNS] + ["peak_rss_kib", "idle_held",
+                                              "note"]
+
+
+def summary_rows(results, servers, idle, alone=None):
+    """[{server, field: median or None, note}] for the point of each server
+    with `idle` idle connections; a failed point has only its note. Beside
+    idle connections (alone: the rows without), kib_per_conn is what one
+    idle connection adds: (peak memory beside them - peak alone) / idle."""
+    grouped = points(results, "idle_conns")
+    before = {row["server"]: row["peak_rss_kib"] for row in alone or []}
+    rows = []
+    for server in servers:
+        runs = grouped.get((server, idle), [])
+        row = {"server": server, "idle_conns": idle,
+               "concurrency": runs[0].concurrency if runs else None,
+               "note": "" if median_rps(runs) else cell(runs)}
+        for field in [f for _, f in SUMMARY_COLUMNS] + ["peak_rss_kib",
+                                                        "idle_held"]:
+            row[field] = (median_rps(runs) if field == "rps"
+                          else median_of(runs, field))
+        if alone:
+            row["kib_per_conn"] = per_idle(row["peak_rss_kib"],
+                                           before.get(server), idle)
+        rows.append(row)
+    return rows
+
+
+def per_idle(peak, peak_alone, idle):
+    """KiB one idle connection adds (0 where the peak was lower: noise, or
+    a server that closed them), or None."""
+    if peak is None or peak_alone is None or not idle:
+        return None
+    return round(max(peak - peak_alone, 0) / idle, 2)
+
+
+def summary_table(rows, idle):
+    """The rows as Markdown: a failed point shows why in its req/s cell."""
+    header = ["server"] + [h for h, _ in SUMMARY_COLUMNS]
+    if idle:
+        header.append("idle open")
+    lines = []
+    for row in rows:
+        cells = [row["server"]] + [figure(row[f]) for _, f in SUMMARY_COLUMNS]
+        if row["note"]:
+            cells[1] = row["note"]
+        if idle:
+            cells.append(figure(row["idle_held"]))
+        lines.append(cells)
+    return markdown_table(header, lines)
+
+
+def measured(rows, field):
+    """[(value, server)] of the rows that have that value, smallest first."""
+    return sorted((row[field], row["server"]) for row in rows
+                  if row[field] is not None)
+
+
+def times(big, small):
+    """How many times: 2.5x, 17x; "far more than" a zero."""
+    if not small:
+        return "far more than"
+    ratio = big / small
+    return f"{ratio:.1f}x" if ratio < 10 else f"{ratio:,.0f}x"
+
+
+def spread_sentence(rows, field, most, least, unit=""):
+    """`X ... most (N), Kx Y's M ... least` for one column, or None."""
+    values = measured(rows, field)
+    if len(values) < 2:
+        return None
+    (low, low_name), (high, high_name) = values[0], values[-1]
+    if figure(low) == figure(high):
+        return f"the same for every server ({figure(high)}{unit})"
+    return (f"{high_name} {most} ({figure(high)}{unit}), "
+            f"{times(high, low)} {low_name}'s {figure(low)}{unit}, {least}")
+
+
+def surprises(rows, alone=None):
+    """One sentence per column of a summary table, from its numbers. alone:
+    the rows without idle connections, when these are beside them."""
+    out = []
+    rps = spread_sentence(rows, "rps", "served the most requests a second",
+                          "the fewest")
+    failed = [f"{row['server']} ({row['note']})" for row in rows
+              if row["note"]]
+    if rps:
+        out.append("**req/s**: " + rps + (
+            "; failed: " + ", ".join(failed) if failed else "") + ".")
+    if alone:
+        out += lost_sentence(rows, alone)
+    sentences = [
+        ("p99_ms", "**p99**", "made its slowest 1% wait longest",
+         "the shortest wait", " ms"),
+        ("server_us_per_req", "**server µs/request**",
+         "burned the most CPU per request", "the least", " µs"),
+        ("switches_per_req", "**switches/request**",
+         "switched context most per request", "the fewest", ""),
+        ("kib_per_conn", "**KiB/connection**",
+         "grew the most per connection", "the least", " KiB"),
+        ("peak_tasks", "**tasks**", "ran the most processes + threads at "
+         "once", "the fewest", ""),
+    ]
+    for field, title, most, least, unit in sentences:
+        text = spread_sentence(rows, field, most, least, unit)
+        if text:
+            out.append(f"{title}: {text}.")
+    out += nginx_sentence(rows)
+    return out
+
+
+def changes(rows, alone, field):
+    """[(now / alone, server, alone, now)] of a column, smallest first."""
+    before = {row["server"]: row[field] for row in alone if row[field]}
+    return sorted((row[field] / before[row["server"]], row["server"],
+                   before[row["server"]], row[field])
+                  for row in rows if row[field] and row["server"] in before)
+
+
+def lost_sentence(rows, alone):
+    """Which server lost the most req/s to the idle connections, and whose
+    CPU per request grew the most."""
+    out = []
+    rps = changes(rows, alone, "rps")
+    if rps:
+        share, name, before, now = rps[0]
+        out.append(f"**beside the idle connections** {name} kept the least "
+                   f"of its req/s: {figure(before)} alone, {figure(now)} "
+                   f"now ({100 * share:.0f}%).")
+    cpu = changes(rows, alone, "server_us_per_req")
+    if cpu and cpu[-1][0] > 1:
+        grew, name, before, now = cpu[-1]
+        out.append(f"**the idle connections' CPU**: {name}'s µs/request "
+                   f"grew the most, {figure(before)} alone to {figure(now)} "
+                   f"({times(now, before)}).")
+    return out
+
+
+def nginx_sentence(rows):
+    """nginx against the cheapest of ours, in CPU per request."""
+    by_name = {row["server"]: row for row in rows}
+    nginx = by_name.get("nginx", {}).get("server_us_per_req")
+    ours = measured([row for row in rows if row["server"] != "nginx"],
+                    "server_us_per_req")
+    if not nginx or not ours:
+        return []
+    cheapest, name = ours[0]
+    return [f"**nginx** (1 worker) needed {figure(nginx)} µs a request, "
+            f"{nginx / cheapest:.2f}x {name}'s {figure(cheapest)} µs, the "
+            "cheapest of ours."]
+
+
+def summary_sections(sweep, results):
+    """[(title, rows, sentences)] of --costs: alone, then beside idle."""
+    servers, idle = summary_servers(sweep), sweep.args.idle
+    c = sweep.args.levels[0]
+    alone = summary_rows(results, servers, 0)
+    sections = [(f"c = {c:,}", alone, 0, surprises(alone))]
+    if idle:
+        beside = summary_rows(results, servers, idle, alone)
+        sections.append((f"c = {c:,} beside {idle:,} idle keep-alive "
+                         "connections", beside, idle,
+                         surprises(beside, alone)))
+    return sections
+
+
+def summary_servers(sweep):
+    return sweep.args.servers + (["nginx"] if sweep.args.nginx_static
+                                 else [])
+
+
+SUMMARY_LEGEND = """\
+Each cell: the median of the runs. req/s and p99 as the client measured
+them; server µs/request: CPU time (user + system) of the server's processes
+and threads, children it reaped included, per completed request;
+switches/request: context switches of its threads alive at the end (a lower
+bound for forking and threaded); KiB/conn: alone, peak resident memory over
+the memory just before the run, per client (a server that keeps what it
+once touched shows its first run only; the median hides it); beside idle
+connections, what one idle connection adds: (peak memory beside them - peak
+alone) / the idle connections asked for; tasks: processes + threads at
+most; idle open: idle connections the server had not closed when the run
+ended. `-`: not measured, or the point failed."""
+
+
+def titled(sections, markdown):
+    """[(title, text)] as results.md's sections (markdown) or as the
+    console's: lines."""
+    parts = []
+    for title, text in sections:
+        parts += [f"## {title}" if markdown else title, "", text, ""]
+    return parts
+
+
+def summary_texts(sweep, results, markdown):
+    """[(title, table and its sentences)] of --costs."""
+    def sentence(text):
+        return f"- {text}" if markdown else textwrap.fill(
+            text.replace("**", ""), 78)
+    return [(f"Cost summary: {title}", "\n".join(
+        [summary_table(rows, idle), ""] + list(map(sentence, sentences))))
+        for title, rows, idle, sentences in summary_sections(sweep, results)]
+
+
+def summary_markdown(sweep, results):
+    return titled(summary_texts(sweep, results, True), True) + [
+        SUMMARY_LEGEND, ""]
+
+
+def summary_console(sweep, results):
+    return "\n".join(titled(summary_texts(sweep, results, False),
+                            False)).rstrip()
+
+
+def write_summary_csv(sweep, results):
+    """costs.csv: one row per server and idle count, the medians."""
+    with open(sweep.out / "costs.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=SUMMARY_CSV)
+        writer.writeheader()
+        for _, rows, _, _ in summary_sections(sweep, results):
+            writer.writerows({key: round(value, 3) if isinstance(value, float)
+                              else value for key, value in row.items()}
+                             for row in rows)
+
+
+# ===== --rate: latency under a fixed offered load =====
+
+HOLD_SHARE = 0.95  # a rate is held: 2xx replies at 95% of it or more...
+HOLD_ERRORS = 0.01  # ...and at most 1% of its requests failed
+
+
+def all_of(runs, column):
+    """Median of a column over every run that has it, failed ones too:
+    past the knee the failures are the point."""
+    values = [getattr(run, column) for run in runs
+              if getattr(run, column) is not None]
+    return statistics.median(values) if values else None
+
+
+def rate_cell(runs):
+    """p99 of a rate (ms), marked when the rate was not held."""
+    p99 = all_of(runs, "p99_ms")
+    if p99 is None:
+        return cell(runs) if runs else ""
+    return figure(p99) + ("" if held(runs) else " ✗")
+
+
+def achieved_cell(runs):
+    share = all_of(runs, "achieved_rps")
+    return f"{100 * share / runs[0].offered_rps:.0f}%" if share else \
+        (cell(runs) if runs else "")
+
+
+def held(runs):
+    """Did the server keep up with this rate, in the median of its runs (a
+    point stops at its first failed run: then not)?"""
+    if not runs or any(run.status != "ok" for run in runs):
+        return False
+    achieved = statistics.median(run.achieved_rps or 0 for run in runs)
+    errors = statistics.median(run.errors() / max(run.n or 0, 1)
+                               for run in runs)
+    return (achieved >= HOLD_SHARE * runs[0].offered_rps
+            and errors <= HOLD_ERRORS)
+
+
+def knees(sweep, results):
+    """[[server, highest rate held, its p99, first rate not held, its
+    p99]]: where each model falls over."""
+    grouped, rows = points(results, "offered_rps"), []
+    for server in sweep.args.servers:
+        kept, lost = None, None
+        for rate in sweep.args.rates:
+            runs = grouped.get((server, rate), [])
+            if not runs or runs[0].status == "skipped":
+                break
+            if not held(runs):
+                lost = rate
+                break
+            kept = rate
+        rows.append([server] + [
+            x for rate in (kept, lost) for x in (
+                (f"{rate:,}", figure(all_of(grouped[(server, rate)],
+                                            "p99_ms")))
+                if rate else ("-", "-"))])
+    return rows
+
+
+def rate_tables(sweep, results):
+    """[(title, table)] of --rate."""
+    rates = sweep.args.rates
+    grid_of = lambda show: grid(results, show, sweep.args.servers, rates,
+                                "offered_rps", "offered req/s")
+    return [
+        ("p99 latency (ms) against offered rate", grid_of(rate_cell)),
+        ("2xx replies a second, as % of the offered rate",
+         grid_of(achieved_cell)),
+        ("The knee: highest rate held, first rate not held",
+         markdown_table(["server", "held (req/s)", "p99 there (ms)",
+                         "not held (req/s)", "p99 there (ms)"],
+                        knees(sweep, results))),
+    ]
+
+
+RATE_LEGEND = """\
+Open loop: httperf opens one connection per request at the offered rate,
+whether the replies keep up or not, so a slow server cannot slow the client
+down (no coordinated omission). A cell is the median of the runs; p99 counts
+every request offered, a failed one (timed out, reset, or not sent because
+the client was at its --concurrency cap of open connections) as --timeout.
+`✗`: the rate was not held: in the median run fewer than 95% of it came back
+as 2xx replies a second, or more than 1% of its requests failed (or a run
+failed: more than 10%)."""
+
+
+def rate_markdown(sweep, results):
+    return titled(rate_tables(sweep, results), True) + [RATE_LEGEND, ""]
+
+
+def rate_console(sweep, results):
+    return "\n".join(titled(rate_tables(sweep, results), False)).rstrip()
+
+
+def write_rate_chart(sweep, results, info):
+    """chart-rate.png: p99 against offered rate, both axes log. Returns
+    (files, why none)."""
+    plt, why = matplotlib_pyplot()
+    if plt is None:
+        return [], why
+    axis = Axis("offered_rps", sweep.args.rates,
+                "offered rate, requests per second (httperf --rate)")
+    drawn = draw_chart(plt, sweep, results, info,
+                       lambda runs: all_of(runs, "p99_ms"),
+                       "p99 latency, ms (failed requests as --timeout)",
+                       True, sweep.out / "chart-rate.png", axis)
+    return (["chart-rate.png"] if drawn else []), None

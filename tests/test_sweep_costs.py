@@ -1,11 +1,14 @@
 """What each run cost, as loadtest/sweep measures it: server CPU per request
 (the whole process tree: threads, and children reaped during the run),
-context switches, peak memory and tasks, who was busy, p99.9 with wrk.
+context switches, peak memory and tasks, who was busy, p99.9 with wrk; the
+cost summary table (--costs: beside idle connections, nginx in it) and the
+open-loop mode (--rate, httperf).
 
-Real processes: one small sweep of forking and threaded with ab and one of
-epoll with wrk (a few seconds each), and the sampler on a process with
-threads. The tests that measure CPU or count samples in time are marked
-serial: they run alone, not beside the parallel tests (see conftest.py).
+Real processes: one small sweep of forking and threaded with ab, one of
+epoll with wrk, one --costs and one --rate sweep of epoll (a few seconds
+each), and the sampler on a process with threads. The tests that measure
+CPU, time or rate are marked serial: they run alone, not beside the
+parallel tests (see conftest.py).
 """
 
 import csv
@@ -25,21 +28,31 @@ SWEEP_TIMEOUT = 120  # seconds; each client run is bounded by the sweep too
 COST_COLUMNS = ["server_us_per_req", "switches_per_req", "peak_rss_kib",
                 "kib_per_conn", "peak_tasks", "server_cpu_pct",
                 "redis_cpu_pct", "client_cpu_pct", "p999_ms"]
+MODE_COLUMNS = ["offered_rps", "achieved_rps", "idle_conns", "idle_held"]
 LEVEL = 50  # clients: enough for threaded to hold many threads at once
 BUSY_US = 20  # µs of server CPU per request: clearly more than nothing
 THREADS = 5  # the sampler's test process: main thread + these
 SLACK = 2.0  # seconds for the sampler's first ten looks
+IDLE = 200  # --costs test: idle keep-alive connections beside the load
+RATE = 300  # --rate test: requests a second, well within epoll's reach
+RATE_SHARE = 0.05  # the rate held within 5%
 
 
-def sweep_rows(out, *options):
-    """loadtest/sweep with one run per level into out; runs.csv's rows."""
+def sweep_rows(out, *options, table="runs.csv"):
+    """loadtest/sweep with one run per level into out; the rows of its
+    runs.csv (or another table) by server, and what it printed."""
     done = subprocess.run(
         [python_with("matplotlib"), "loadtest/sweep", "--no-build", "--runs",
          "1", "--out", str(out), *options],
         cwd=REPO, capture_output=True, text=True, timeout=SWEEP_TIMEOUT)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    with open(out / "runs.csv", newline="") as f:
-        return {row["server"]: row for row in csv.DictReader(f)}, done.stdout
+    with open(out / table, newline="") as f:
+        rows = list(csv.DictReader(f))
+    by_server = {}
+    for row in rows:
+        by_server.setdefault(row["server"], []).append(row)
+    return {name: found[0] if len(found) == 1 else found
+            for name, found in by_server.items()}, done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +97,11 @@ def test_threaded_cpu_counts_threads(ab_sweep):
 def test_cost_columns_present_and_numeric(ab_sweep):
     rows, stdout = ab_sweep
     for row in rows.values():
-        assert list(row)[-len(COST_COLUMNS):] == COST_COLUMNS
+        columns = list(row)
+        first = columns.index(COST_COLUMNS[0])
+        assert columns[first:first + len(COST_COLUMNS)] == COST_COLUMNS
+        assert columns[-len(MODE_COLUMNS):] == MODE_COLUMNS
+        assert all(row[column] == "" for column in MODE_COLUMNS), row
         for column in COST_COLUMNS[:-1]:
             assert number(row, column) >= 0, (column, row)
         assert row["p999_ms"] == "", "ab has no p99.9: left empty"
@@ -163,3 +180,114 @@ def test_wrk_p999_parsed():
             "    99.9%  4500.00us\n")
     found = harness.parse_wrk(text)
     assert found["p99_ms"] == 3.5 and found["p999_ms"] == 4.5
+
+
+# ===== --costs: the cost summary table =====
+
+@pytest.fixture(scope="module")
+def costs_sweep(tmp_path_factory):
+    """epoll and nginx on /, at c=50 alone and beside IDLE idle
+    connections."""
+    return sweep_rows(tmp_path_factory.mktemp("costs"), "--costs",
+                      "--servers", "epoll", "--concurrency", "50",
+                      "--idle", str(IDLE), "--requests", "1000",
+                      table="costs.csv")
+
+
+@pytest.mark.serial
+def test_costs_table_has_every_column_and_nginx(costs_sweep):
+    rows, stdout = costs_sweep
+    assert set(rows) == {"epoll", "nginx"}, rows
+    for name, (alone, beside) in rows.items():
+        assert (alone["idle_conns"], beside["idle_conns"]) == ("0", str(IDLE))
+        for row in (alone, beside):
+            assert row["note"] == "", row
+            for column in ("rps", "p99_ms", "server_us_per_req",
+                           "switches_per_req", "kib_per_conn", "peak_tasks"):
+                assert number(row, column) >= 0, (column, row)
+            assert number(row, "server_us_per_req") > 0, row
+        # an event loop and nginx keep every idle connection open
+        assert int(beside["idle_held"]) == IDLE, beside
+    assert int(rows["nginx"][0]["peak_tasks"]) == 2  # master + 1 worker
+    for title in ("Cost summary: c = 50", f"beside {IDLE} idle"):
+        assert title in stdout, stdout
+    # the sentences are read from the numbers: nginx against epoll
+    assert "nginx (1 worker) needed" in stdout, stdout
+
+
+def test_surprises_read_the_numbers():
+    """Each column's sentence names its largest and smallest and their
+    ratio; nginx is compared with the cheapest of ours."""
+    def row(server, us, kib, rps=1000.0):
+        return {"server": server, "rps": rps, "p99_ms": 10.0,
+                "server_us_per_req": us, "switches_per_req": 0.5,
+                "kib_per_conn": kib, "peak_tasks": 3, "note": ""}
+    rows = [row("forking", 400.0, 120.0), row("epoll", 20.0, 0.5),
+            row("nginx", 30.0, 0.7, rps=2000.0)]
+    text = "\n".join(report.surprises(rows, alone=[row("forking", 1, 1,
+                                                         rps=4000.0)]))
+    assert ("forking burned the most CPU per request (400 µs), 20x "
+            "epoll's 20 µs") in text, text
+    assert "forking grew the most per connection (120 KiB)" in text, text
+    assert "forking kept the least of its req/s: 4000 alone, 1000 now " \
+        "(25%)" in text, text
+    assert "**nginx** (1 worker) needed 30 µs a request, 1.50x epoll's" \
+        in text, text
+    assert "**tasks**: the same for every server (3)" in text, text
+
+
+# ===== --rate: open loop with httperf =====
+
+@pytest.fixture(scope="module")
+def rate_sweep(tmp_path_factory):
+    return sweep_rows(tmp_path_factory.mktemp("rate"), "--servers", "epoll",
+                      "--rate", str(RATE), "--duration", "2", "--path", "/")
+
+
+@pytest.mark.serial
+def test_rate_held_within_five_percent(rate_sweep):
+    """epoll keeps up with a low rate: the open loop offers it, and the
+    2xx replies come back at it, within 5%."""
+    row, stdout = rate_sweep[0]["epoll"], rate_sweep[1]
+    assert row["status"] == "ok", row
+    assert int(row["offered_rps"]) == RATE
+    assert int(row["n"]) == 2 * RATE, "--duration 2 at the rate"
+    assert abs(number(row, "achieved_rps") - RATE) <= RATE_SHARE * RATE, row
+    assert number(row, "p999_ms") >= number(row, "p99_ms") > 0, row
+    assert number(row, "server_us_per_req") > 0, row
+    knee = stdout.split("The knee")[1].strip().splitlines()[4]
+    assert [c.strip() for c in knee.strip("|").split("|")][:2] == [
+        "epoll", f"{RATE}"], knee
+
+
+HTTPERF_REPORT = """\
+Connection lifetime histogram (time in ms):
+             0.5 90
+             1.5 5
+            12.5 2
+
+Total: connections 100 requests 100 replies 97 test-duration 1.000 s
+Connection time [ms]: min 0.1 avg 0.9 max 12.8 median 0.5 stddev 1.2
+Reply status: 1xx=0 2xx=97 3xx=0 4xx=0 5xx=0
+Errors: total 3 client-timo 2 socket-timo 0 connrefused 0 connreset 0
+Errors: fd-unavail 1 addrunavail 0 ftab-full 0 other 0
+"""
+
+
+def test_httperf_percentiles_count_failures_as_timeout():
+    """p50 and p99 come from the lifetime histogram over every request
+    offered; the 3 that failed count as the timeout, so p99 is it."""
+    found = harness.parse_httperf(HTTPERF_REPORT, timeout=2, offered=100)
+    assert found["complete"] == 97
+    assert found["achieved_rps"] == found["rps"] == 97.0
+    assert found["timeouts"] == 2 and found["connect"] == 1
+    assert found["failed"] == 3 and found["non2xx"] == 0
+    assert found["p50_ms"] == 0.5 and found["mean_ms"] == 0.9
+    assert found["p99_ms"] == 2000.0
+    every = {"replies 97": "replies 100", "2xx=97": "2xx=100",
+             "12.5 2": "12.5 5"}
+    text = HTTPERF_REPORT
+    for old, new in every.items():
+        text = text.replace(old, new)
+    quick = harness.parse_httperf(text, timeout=2, offered=100)
+    assert quick["p99_ms"] == 12.5  # no failures: the slowest bin

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian 12 packages the suite needs: compilers and libraries for
 # the servers, Redis for the guestbook, load generators and nginx for the
-# sweep, Python with pytest and matplotlib for tests and charts; taskset
+# sweep (httperf: its open-loop --rate mode), Python with pytest and
+# matplotlib for tests and charts; taskset
 # (util-linux) for pinned sweeps, ssh and sshd for multi-host sweeps (the test
 # runs a private sshd on 127.0.0.1 and never uses the system one); strace and
 # perf (linux-perf) for make trace, which records what a server does; unshare
@@ -15,7 +16,7 @@ set -euo pipefail
 
 PACKAGES=(
     build-essential redis-server uthash-dev liburing-dev
-    apache2-utils nginx wrk curl strace linux-perf patch
+    apache2-utils nginx wrk httperf curl strace linux-perf patch
     util-linux iproute2 openssh-client openssh-server
     python3 python3-pytest python3-pytest-xdist python3-matplotlib python3-venv
     python3-pip
