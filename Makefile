@@ -187,8 +187,11 @@ soak: deps
 # against a server, recorded by strace and perf, drawn as a timeline:
 # make trace SERVER=epoll (or SERVER=all) writes TRACE_OUT/NAME.png, .svg,
 # .txt and .json. As root: perf record -a and tracefs need it.
-# SCENARIO=redis-pause or burst: another scenario (files NAME-SCENARIO.*);
-# TRACE_ARGS="--keep DIR" also keeps the raw strace and perf output.
+# SCENARIO=redis-pause, burst or idle (2,000 idle keep-alive clients first):
+# another scenario (files NAME-SCENARIO.*). A run where a client got an
+# error or the load average passed the CPU count is refused: written as
+# NAME[-SCENARIO].degraded.* with why, and make trace fails;
+# TRACE_ARGS="--force" keeps it anyway, "--keep DIR" the raw strace and perf.
 SCENARIO   ?= basic
 TRACE_OUT  ?= docs/trace
 TRACE_ARGS ?=
