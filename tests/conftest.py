@@ -54,7 +54,7 @@ SAMPLE_FILES = {
 # pytest-xdist (`make test` runs `-n 4 --dist loadgroup`) all their tests go
 # to one worker, or each worker would redo that work.
 ONE_WORKER = ("test_trace", "test_handouts", "test_lab_pack",
-              "test_sweep_placement")
+              "test_sweep_placement", "test_sweep_costs")
 
 
 def pytest_configure(config):

@@ -7,8 +7,10 @@ open-loop mode (--rate, httperf).
 Real processes: one small sweep of forking and threaded with ab, one of
 epoll with wrk, one --costs and one --rate sweep of epoll (a few seconds
 each), and the sampler on a process with threads. The tests that measure
-CPU, time or rate are marked serial: they run alone, not beside the
-parallel tests (see conftest.py).
+time or rate are marked serial: they run alone, not beside the parallel
+tests (see conftest.py). The others hold under load (CPU per request and
+tasks only grow with it) and run beside them, on one xdist worker
+(conftest.py's ONE_WORKER), so each sweep runs once.
 """
 
 import csv
@@ -75,7 +77,6 @@ def number(row, column):
     return float(row[column])
 
 
-@pytest.mark.serial
 def test_forking_cpu_counts_reaped_children(ab_sweep):
     """Each request is a child process that exits: its CPU reaches us only
     through the parent's cutime/cstime."""
@@ -84,7 +85,6 @@ def test_forking_cpu_counts_reaped_children(ab_sweep):
     assert number(row, "server_us_per_req") > BUSY_US, row
 
 
-@pytest.mark.serial
 def test_threaded_cpu_counts_threads(ab_sweep):
     """Each request is a thread, most gone by the end of the run."""
     row = ab_sweep[0]["threaded"]
@@ -93,7 +93,6 @@ def test_threaded_cpu_counts_threads(ab_sweep):
     assert int(row["peak_tasks"]) > 10, row
 
 
-@pytest.mark.serial
 def test_cost_columns_present_and_numeric(ab_sweep):
     rows, stdout = ab_sweep
     for row in rows.values():
@@ -118,7 +117,6 @@ def test_cost_columns_present_and_numeric(ab_sweep):
         assert row[0] == str(LEVEL) and all(row[1:]), lines
 
 
-@pytest.mark.serial
 def test_wrk_gives_p999(wrk_sweep):
     row = wrk_sweep[0]["epoll"]
     assert row["status"] == "ok", row
