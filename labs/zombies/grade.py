@@ -11,6 +11,7 @@ speeds; every wait is generous."""
 
 import contextlib
 import ctypes
+import errno
 import mmap
 import os
 import re
@@ -29,8 +30,8 @@ from grading import (C_WORDS, Grader, HeldClients,  # labs/grading.py
                      cpu_seconds, descriptors, function_body, get,
                      idle_clients,
                      live_children, review_handlers, seconds,
-                     signal_handlers, slowed, source_text, stopped,
-                     wait_for, zombie_children)
+                     signal_handlers, slowed, source_text, stop_now,
+                     stopped, wait_for, zombie_children)
 from rawhttp import Connection  # tests/rawhttp.py
 
 BURST = 1100  # children that exit while the server cannot run: one SIGCHLD
@@ -72,6 +73,9 @@ KILL_REAPED_S = 6  # no zombie left this long after the kills (a loaded
 FORK_FAILS = 8800
 FAIL_BATCH = 100
 FAIL_CLOSE_S = 5
+# Then clients for whom fork() returns a PID but makes no child (strace):
+# past any cap on live children (CAP_MOST), each let go within FAIL_CLOSE_S.
+FAKED = 8400  # past CAP_MOST, in whole batches of FAIL_BATCH
 SLEEPERS = ["nanosleep", "clock_nanosleep"]  # what a pause may call
 FORKERS = ["clone", "clone3", "fork", "vfork"]  # what fork() may call
 SERIAL = 40  # requests one after another
@@ -176,6 +180,68 @@ def heap_bytes(lab):
             lambda: struct.unpack_from("q", view)[0])
 
 
+# fork() (and vfork()) as the server calls them, steered by the grader
+# through a file it maps: word 0 is 0 for the real fork(), a PID to return
+# without making a child, or -errno to fail with; word 1 counts the calls
+# steered. Cheaper than strace's fault injection, which stops the server
+# at every system call: for thousands of clients.
+FORK_CTL = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+static long *ctl;
+__attribute__((constructor)) static void share(void)
+{
+    const char *path = getenv("LAB_FORK_CTL");
+    int fd = path ? open(path, O_RDWR) : -1;
+    if (fd < 0)
+        return;
+    void *p = mmap(NULL, 2 * sizeof(long), PROT_READ | PROT_WRITE,
+                   MAP_SHARED, fd, 0);
+    close(fd);
+    if (p != MAP_FAILED)
+        ctl = p;
+}
+pid_t fork(void)
+{
+    static pid_t (*real)(void);
+    long how = ctl ? __atomic_load_n(&ctl[0], __ATOMIC_RELAXED) : 0;
+    if (how) {
+        __atomic_add_fetch(&ctl[1], 1, __ATOMIC_RELAXED);
+        if (how < 0) {
+            errno = (int)-how;
+            return -1;
+        }
+        return (pid_t)how;
+    }
+    if (!real)
+        real = (pid_t(*)(void))dlsym(RTLD_NEXT, "fork");
+    return real();
+}
+pid_t vfork(void) { return fork(); }
+"""
+
+
+def fork_steered(lab):
+    """A library to preload that steers the server's fork(): (env to start
+    it with, a function steer(how) that sets word 0 (see FORK_CTL), a
+    function that reads the calls steered)."""
+    shim = build_shim(lab, "fork_ctl", FORK_CTL, "-ldl")
+    path = lab.workdir / "fork_ctl"
+    path.write_bytes(bytes(mmap.PAGESIZE))
+    with path.open("r+b") as file:
+        view = mmap.mmap(file.fileno(), mmap.PAGESIZE)
+
+    def steer(how):
+        struct.pack_into("q", view, 0, how)
+    return ({"LD_PRELOAD": str(shim), "LAB_FORK_CTL": str(path)}, steer,
+            lambda: struct.unpack_from("q", view, 8)[0])
+
+
 # The reaping calls: waitpid(), wait() and wait3() are wait4 to the kernel;
 # waitid() collects an exit status as well, and counts the same.
 REAPERS = ["wait4", "waitid"]
@@ -270,15 +336,17 @@ def bursts(lab):
         # a child each, waiting for the rest of its request (10 s, where an
         # idle client is dropped after 5 s: a busy machine is slow to fork)
         clients = asking_clients(server.port, BURST, b"GET / HTTP/1.1\r\n")
-        alive = wait_for(lambda: len(live_children(server.pid)),
+        # counted from /proc/PID/task/*/children, one file, not a stat per
+        # child every 50 ms (none has exited yet: each waits for its request)
+        alive = wait_for(lambda: len(children(server.pid)),
                          lambda n: n >= BURST, limit=5)
         lab.expect(alive >= BURST, f"{alive} children for {BURST} clients "
                    "connected at once: does the accept loop wait for a "
                    "child? (a child of a child is not the server's to "
                    "reap) watch: ps -o pid,stat,wchan --ppid PID while they "
                    "connect")
-        children = live_children(server.pid)
-        killed = children[::10]
+        serving = live_children(server.pid)
+        killed = serving[::10]
         with stopped(server.pid):  # the exits pile up; signals do not queue
             for pid in killed:  # a few die of a signal instead: first, so
                 with contextlib.suppress(ProcessLookupError):  # that none
@@ -328,9 +396,27 @@ def children(pid):
 
 
 @grader.check(5, f"{KILLED} children killed by a signal, {KILL_BATCH} at a "
-              "time, over one server's life: it still serves")
+              f"time, over one server's life (the first {KILL_BATCH} while it "
+              "is stopped: reaped in one pass): it still serves, keeps no "
+              "heap for them, and signals none of them at its stop")
 def signal_deaths(lab):
-    server = lab.start()
+    env, heap = heap_bytes(lab)
+    server = lab.start(env=env)
+    try:
+        return deaths(lab, server, heap)
+    except BaseException:  # no SIGTERM at the end: a server that signals
+        with contextlib.suppress(ProcessLookupError):  # the PIDs of its
+            os.kill(server.pid, signal.SIGKILL)  # dead children would
+        raise  # reach other processes now (PIDs reused)
+
+
+def deaths(lab, server, heap):
+    """signal_deaths on a started server; heap reads its heap in use."""
+    for _ in range(3):  # what the server allocates once, at its first
+        served(lab, server)
+    wait_for(lambda: len(live_children(server.pid)), lambda n: n == 0,
+             limit=3)
+    first = heap()
     killed = 0
     for batch in range(2 * KILLED // KILL_BATCH):
         if killed >= KILLED:
@@ -354,12 +440,15 @@ def signal_deaths(lab):
                    "WNOHANG) stalls the accept loop; watch: kill -9 a "
                    "child, then ps -o pid,stat --ppid PID; and ps -o "
                    f"wchan -p PID with {KILL_BATCH:,} clients connected")
-        for pid in children(server.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-        for client in clients:
-            client.close()
+        if batch == 0:  # while the server is stopped: one SIGCHLD
+            killed += killed_in_one_pass(lab, server, clients)
+        else:
+            for pid in children(server.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+            for client in clients:
+                client.close()
         left = wait_for(lambda: len(children(server.pid)),
                         lambda n: n == 0, limit=KILL_REAPED_S)
         if left:  # say how many of them are zombies
@@ -373,7 +462,71 @@ def signal_deaths(lab):
                "killed by SIGKILL: a count of live children that only a "
                "normal exit brings down drops every client once it "
                "reaches its cap)")
-    return f"{killed} children killed by a signal; still serving"
+    grown = heap() - first
+    lab.expect(grown <= HEAP_SLACK, f"the server's heap grew by {grown} "
+               f"bytes in use (malloc less free, in the server itself; at "
+               f"most {HEAP_SLACK}) over {killed} children killed by "
+               "SIGKILL: something kept for each child (a list node, a "
+               "record) is freed only when it exits normally (WIFEXITED); "
+               "a child killed by a signal has exited all the same "
+               "(WIFSIGNALED), and its entry stays for the server's whole "
+               "life (and its stale PID, soon another process's, with it); "
+               "watch: grep VmData /proc/PID/status before and after "
+               "killing 10,000 children with kill -9")
+    # No child is left: a stop that signals any PID signals a stranger's
+    # process (a dead child's PID, reused). Each kill() is counted and
+    # made to fail (ESRCH), not run: the strangers are spared.
+    stop_kills = [int(pid) for pid in re.findall(
+        r"^kill\((-?\d+),", _strace(server.pid, ["kill"], server.stop, "-e",
+                                     "inject=kill:error=ESRCH"), re.M)]
+    strangers = [pid for pid in stop_kills if pid != server.pid]
+    lab.expect(not strangers, f"with no child left (all {killed} killed by "
+               f"SIGKILL and reaped), the stop sent {len(strangers)} "
+               f"signals (kill() to PID {strangers[0] if strangers else 0}, "
+               "...): PIDs of children long gone, which the kernel gives to "
+               "other processes: signal only children not yet reaped "
+               "(forget a child when waitpid() returns it, however it "
+               "died); watch: strace -e trace=kill -p PID, then kill -TERM "
+               "PID")
+    return (f"{killed} children killed by a signal, the first {KILL_BATCH} "
+            "reaped in one pass; still serving; heap "
+            f"{grown:+} bytes; no signal sent at the stop")
+
+
+def killed_in_one_pass(lab, server, clients):
+    """With the server stopped, every child (one per client) is killed by
+    SIGKILL and the clients close: the server resumes to one SIGCHLD for
+    them all, and must reap all of them between two accept()s (strace).
+    Returns how many were killed."""
+    pids = children(server.pid)
+    stop_now(server.pid)
+    try:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for client in clients:
+            client.close()
+        piled = wait_for(lambda: len(zombie_children(server.pid)),
+                         lambda n: n >= len(pids), limit=8)
+    except BaseException:
+        os.kill(server.pid, signal.SIGCONT)
+        raise
+
+    def resume():
+        os.kill(server.pid, signal.SIGCONT)
+        wait_for(lambda: len(children(server.pid)), lambda n: n == 0,
+                 limit=KILL_REAPED_S)
+
+    seen = turns(server.pid, resume)
+    one_pass = max(reaped for _, _, reaped in seen)
+    lab.expect(one_pass >= piled, f"{piled} children killed by SIGKILL "
+               "while the server was stopped (one SIGCHLD for them all), "
+               f"but it reaped at most {one_pass} of them between two "
+               "accept()s: the rest waited for a later turn (accept()'s "
+               "1 s timeout, or the next client); collect until waitpid() "
+               "says nothing more (0 or -1), not a fixed batch per turn; "
+               "watch: strace -e trace=wait4,accept4 -p PID")
+    return len(pids)
 
 
 def unclosed(socks, limit):
@@ -397,9 +550,13 @@ def unclosed(socks, limit):
 @grader.check(10, f"fork() fails for {FORK_FAILS} clients, then works "
               "again: each is closed at once, one fork() each, no "
               "descriptor or heap kept; then the server serves and reaps "
-              "at once again")
+              f"at once again; then, fork() claiming {FAKED} children that "
+              "never exit, no client waits")
 def fork_fails(lab):
     env, heap = heap_bytes(lab)
+    forks, steer, steered = fork_steered(lab)
+    env = {**forks, **env,
+           "LD_PRELOAD": f"{env['LD_PRELOAD']} {forks['LD_PRELOAD']}"}
     server = lab.start(env=env)
     for _ in range(3):  # what the server allocates once, at its first
         served(lab, server)
@@ -426,10 +583,17 @@ def fork_fails(lab):
                      *inject)
     calls = len(forked.findall(traced))
     pauses = len(re.findall(r"^(?:clock_)?nanosleep\(", traced, re.M))
-    if not hung and calls <= FAIL_BATCH and not pauses:
-        traced += _strace(server.pid, FORKERS, refuse(FORK_FAILS), *inject)
     failed = len(re.findall(r"^(?:clone3?|v?fork)\(.*= -1 EAGAIN", traced,
                             re.M))
+    if not hung and calls <= FAIL_BATCH and not pauses:
+        # the rest with fork() failing in a preloaded library, not strace
+        # (which stops the server at every system call: 8,700 clients)
+        steer(-errno.EAGAIN)
+        try:
+            refuse(FORK_FAILS)()
+        finally:
+            steer(0)
+        failed += steered()
     now = wait_for(lambda: len(descriptors(server.pid)),
                    lambda n: n <= held, limit=0 if hung else 3)
     lab.expect(not hung, f"{hung[0] if hung else 0} of {FAIL_BATCH} "
@@ -485,10 +649,58 @@ def fork_fails(lab):
                               "fork()s; SIGCHLD still blocked? SigBlk in "
                               "/proc/PID/status: a sigprocmask() restore "
                               "that the failed fork()'s return skips")
+    claimed = at_the_cap(lab, server, steer, steered)
     return (f"{sent[0]} clients closed at once while {failed} fork()s "
             f"failed, {calls} calls for the first {FAIL_BATCH}; "
             f"descriptors {held} then {now}; heap {grown:+} bytes; serving "
-            f"again, a child reaped {slowest:.2f} s after its answer")
+            f"again, a child reaped {slowest:.2f} s after its answer; then "
+            f"{claimed} clients let go at once while fork() claimed a "
+            "child for each")
+
+
+def at_the_cap(lab, server, steer, steered):
+    """Every fork() of the server "succeeds" without making a child (it
+    returns the PID of a `sleep` of the grader's, no child of the server's,
+    which never exits: fork_steered) for FAKED clients, FAIL_BATCH at a
+    time, while one real child serves a keep-alive client: any count of
+    live children up to CAP_MOST reaches its cap, and stays there. Each
+    client must still be let go (answered or closed) within FAIL_CLOSE_S:
+    at the cap the loop drops the client, it never waits for a child to
+    exit. Returns how many clients were let go."""
+    decoy = subprocess.Popen(["sleep", "600"])
+    hung, sent, before = [], [0], steered()
+    try:
+        with HeldClients(server.port, 1) as held:  # a child that lives on
+            lab.expect(held.answered, "; ".join(held.errors[:1]))
+            steer(decoy.pid)
+            try:
+                while sent[0] < FAKED and not hung:
+                    batch = idle_clients(server.port, FAIL_BATCH)
+                    sent[0] += len(batch)
+                    left = unclosed(batch, FAIL_CLOSE_S)
+                    if left:
+                        hung.append(left)
+            finally:
+                steer(0)
+            lab.expect(not hung, f"{hung[0] if hung else 0} of "
+                       f"{FAIL_BATCH} clients (after "
+                       f"{sent[0] - FAIL_BATCH} others, each with a child "
+                       f"by fork()'s word, {steered() - before} fork()s, none of "
+                       "whose children exits) neither answered nor closed "
+                       f"within {seconds(FAIL_CLOSE_S):.0f} s, while one "
+                       "child still served a keep-alive client: at its cap "
+                       "on live children the accept loop waits for a child "
+                       "to exit (waitpid without WNOHANG?) and accepts no "
+                       "one meanwhile; at the cap, drop the client as when "
+                       "fork() fails, never wait; watch: hold CAP clients "
+                       "(nc 127.0.0.1 8000), then curl -m 5 "
+                       "http://127.0.0.1:8000/")
+    finally:  # the server first: a stop that signals the PIDs fork() gave
+        with contextlib.suppress(AssertionError):  # must find the decoy
+            server.terminate(timeout=seconds(10))
+        decoy.kill()
+        decoy.wait()
+    return sent[0]
 
 
 @grader.check(10, f"ab {' '.join(LOAD)}: every request served, no zombie "
