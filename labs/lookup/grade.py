@@ -206,6 +206,26 @@ int poll(struct pollfd *fds, nfds_t n, int timeout)
     return next(fds, n, timeout);
 }
 """
+SPARSE = """#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+/* Descriptors 4 to SPARSE_TOP - 1 open before main(), as if inherited, but
+ * for every multiple of SPARSE_STRIDE: the server's first descriptors take
+ * those holes, the rest come past SPARSE_TOP. Equal modulo any power of two
+ * up to the stride, they share their home slot in a table indexed by the
+ * descriptor's low bits. */
+__attribute__((constructor)) static void sparse(void)
+{
+    const char *top = getenv("SPARSE_TOP"), *stride = getenv("SPARSE_STRIDE");
+    int fd = open("/dev/null", O_RDONLY);
+    for (int k = fd + 1; fd >= 0 && top && stride && k < atoi(top); k++)
+        if (k % atoi(stride))
+            dup2(fd, k);
+}
+"""
+STRIDE = 64  # the holes the server's descriptors take first (SPARSE)
+SPARSE_TOP = 64 * STRIDE  # 63 holes, then past 4,096
+SPREAD = 100  # keep-alive clients on those descriptors; every other leaves
 NVAL_WAIT = 1  # s the server is left idle after the high descriptors
 HALF = ASK[:-2]  # a request begun: the server holds it 10 s, not 5
 grader = Grader("lookup")
@@ -412,47 +432,54 @@ def all_ready_served(lab, front=0):
         wait_for(lambda: len(descriptors(server.pid)),
                  lambda n: n >= front, 20)  # each accepted, watched: first
     conns = kept_clients(server.port, FAIR)
-    try:
+    readable = selectors.DefaultSelector()  # the clients wait on it: a
+    try:  # loop that tried every socket each 20 ms cost a CPU second
         answered(conns, 10)
+        got, heard = [0] * FAIR, [b""] * FAIR
+        closed, left, leave_at = set(), set(), 0.0
+
+        def ask(k):
+            try:
+                conns[k].send(ASK)
+                readable.register(conns[k], selectors.EVENT_READ, k)
+            except OSError:  # closed by the server: not waited for
+                closed.add(k)
         for c in conns:
             c.setblocking(False)
-        got, waiting, heard = [0] * FAIR, [False] * FAIR, [b""] * FAIR
-        closed, left, leave_at = set(), set(), 0.0
         with polls_late(server.pid, LATE) as polls:
             start, deadline = polls(), time.monotonic() + seconds(30)
+            for k in range(FAIR):
+                ask(k)
             while polls() < start + POLLS and time.monotonic() < deadline:
                 if not front and time.monotonic() >= leave_at:
                     k = len(left)  # the oldest client leaves (a hole at
-                    conns[k].close()  # the array's head, every poll: the
-                    left.add(k)  # last entry fills it)
+                    if k not in closed:  # the array's head, every poll:
+                        readable.unregister(conns[k])  # the last entry
+                    conns[k].close()  # fills it)
+                    left.add(k)
                     closed.add(k)
                     leave_at = time.monotonic() + LEAVE_EVERY
-                for k, c in enumerate(conns):
-                    if k in closed:
+                for key, _ in readable.select(LEAVE_EVERY):
+                    k = key.data
+                    try:
+                        chunk = conns[k].recv(65536)
+                    except BlockingIOError:  # nothing yet
                         continue
-                    if waiting[k]:
-                        try:
-                            chunk = c.recv(65536)
-                        except BlockingIOError:  # nothing yet
-                            chunk = None
-                        except OSError:
-                            chunk = b""
-                        if chunk == b"":  # the server closed it
-                            closed.add(k)
-                            continue
-                        heard[k] += chunk or b""
-                        if b"HTTP/1.1 200" in heard[k]:
-                            got[k] += 1  # one asked, one answered
-                            waiting[k], heard[k] = False, b""
-                    if not waiting[k]:
-                        try:
-                            c.send(ASK)
-                            waiting[k] = True
-                        except OSError:
-                            pass
-                time.sleep(0.02)
+                    except OSError:
+                        chunk = b""
+                    if chunk == b"":  # the server closed it
+                        readable.unregister(conns[k])
+                        closed.add(k)
+                        continue
+                    heard[k] += chunk
+                    if b"HTTP/1.1 200" in heard[k]:
+                        got[k] += 1  # one asked, one answered: again
+                        heard[k] = b""
+                        readable.unregister(conns[k])
+                        ask(k)
             seen = polls() - start
     finally:
+        readable.close()
         for c in conns + quiet:
             c.close()
     never = [k for k, n in enumerate(got)
@@ -729,6 +756,54 @@ def churn_keeps_owners(lab):
             c.close()
     server.stop()
     last_leaves(lab)
+    sparse_leaves(lab)
+
+
+def sparse_leaves(lab):
+    """On a fresh server whose descriptors are sparse (SPARSE: inherited
+    ones fill the rest up to SPARSE_TOP), SPREAD keep-alive clients, each
+    answered; every other one leaves; the rest ask again and must all be
+    answered. Many of their descriptors are equal modulo the table's size:
+    in a table of their own (open addressing), a delete that just empties
+    its slot cuts the probe chain of every fd that was placed past it, and
+    the lookup of each then stops short."""
+    raise_open_file_limit()
+    shim = build_shim(lab, "sparse", SPARSE)
+    server = lab.start(env={"LD_PRELOAD": str(shim),
+                            "SPARSE_TOP": str(SPARSE_TOP),
+                            "SPARSE_STRIDE": str(STRIDE)})
+    conns = kept_clients(server.port, SPREAD)
+    try:
+        first = answered(conns, 10)
+        held = open_count(server)
+        for s in conns[::2]:
+            s.close()
+        stay = conns[1::2]
+        wait_for(lambda: open_count(server),
+                 lambda n: n <= held - SPREAD // 2, 10)
+        for s in stay:
+            s.sendall(ASK)
+        again = answered(stay, 3)
+    except (AssertionError, OSError) as error:
+        first, again = SPREAD, f"the server stopped answering ({error})"[:80]
+    finally:
+        for s in conns:
+            s.close()
+    if again != len(stay):
+        server.proc.kill()  # spinning, perhaps: not worth a SIGTERM's wait
+    lab.expect(first == SPREAD and again == len(stay), f"on descriptors "
+               f"spread apart (every one below {SPARSE_TOP} but the "
+               f"multiples of {STRIDE} already open, as if inherited: the "
+               f"server's first ones take those), {SPREAD} keep-alive "
+               f"clients: {first} answered; every other one left, then "
+               + (f"{again} of the {len(stay)} left answered again"
+                  if isinstance(again, int) else again)
+               + " (within 3 s): descriptors equal modulo a table's size "
+               "share a home slot; in a table of your own, deleting one by "
+               "emptying its slot (no tombstone, no shift back) cuts the "
+               "probe chain of every fd placed past it, and their lookups "
+               "miss (poll() then returns at once, again and again: 100% "
+               "CPU); uthash's HASH_DEL does not")
 
 
 def last_leaves(lab):
