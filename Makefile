@@ -55,12 +55,12 @@ deps:
 # (tools/lab check, LAB_JOBS gradings at once, any lab's: a verdict that
 # differs is graded again alone; up to LAB_MOST while the CPUs idle); the
 # labs start first, as soon as the servers are built; the tests marked
-# serial run alone after. From a fresh clone on 2026-11-29 (2 cores):
-# 1,057 s in all, the parallel tests 420 s beside the labs' 987 s (633
-# wrong and 100 right answers; their gradings 1,329 CPU-s, 534 of them
-# builds: labs/work/check-times.tsv), serial 61 s, the CPUs 84% busy
-# (1,045 s user + 732 s sys): CPU-bound (598 and 93 answers that morning,
-# before the labs went first and built ahead: 1,298 s, 77% busy).
+# serial run alone after. From a fresh clone on 2026-11-29 (2 cores), at
+# 451939e: 948 s in all, the parallel tests 413 s beside the labs' 857 s
+# (667 wrong and 108 right answers; their gradings 1,062 CPU-s, 327 of them
+# builds: labs/work/check-times.tsv), serial 82 s, the CPUs 80% busy
+# (794 s user + 728 s sys): CPU-bound, with a fifth of the CPUs idle while
+# the labs grade alone (more lanes start now at 20% idle, not 35%).
 TEST_JOBS ?= 8
 LAB_JOBS  ?= 8
 LAB_MOST  ?= 16

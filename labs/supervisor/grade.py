@@ -337,6 +337,16 @@ def kill(pids, sig=signal.SIGKILL):
         os.kill(pid, sig)
 
 
+def die_behind_one_sigchld(server, victims):
+    """victims killed while the supervisor is halted, each a zombie before
+    it runs again: their deaths pile up behind one SIGCHLD (signals do not
+    queue)."""
+    with halted(server.pid):
+        kill(victims)
+        wait_for(lambda: len(zombie_children(server.pid)),
+                 lambda n: n >= len(victims), limit=5)
+
+
 def stops(lab, server):
     """SIGTERM: the supervisor must take it and stop cleanly."""
     try:
@@ -381,10 +391,7 @@ def replaced(lab):
 def bursts(lab):
     server, workers = pool(lab)
     victims = workers[:WORKERS - 1]
-    with halted(server.pid):  # the deaths pile up; signals do not queue
-        kill(victims)
-        wait_for(lambda: len(zombie_children(server.pid)),
-                 lambda n: n >= len(victims), limit=5)
+    die_behind_one_sigchld(server, victims)
     workers = refilled(lab, server, victims, f"{len(victims)} workers died "
                        "while the supervisor could not run (one SIGCHLD "
                        "stood for all)")
@@ -400,10 +407,7 @@ def bursts(lab):
     seen = []
 
     def burst_while_one_fork_fails():
-        with halted(server.pid):
-            kill(victims)
-            wait_for(lambda: len(zombie_children(server.pid)),
-                     lambda n: n >= len(victims), limit=5)
+        die_behind_one_sigchld(server, victims)
         seen.append(wait_for(
             lambda: (live_children(server.pid), zombie_children(server.pid)),
             lambda lz: len(lz[0]) >= WORKERS - 1 and not lz[1]
@@ -740,10 +744,7 @@ def fork_fails(lab):
     deaf = []
 
     def deaths_while_fork_fails():
-        with halted(server.pid):  # both deaths behind one SIGCHLD
-            kill(victims)
-            wait_for(lambda: len(zombie_children(server.pid)),
-                     lambda n: n >= len(victims), limit=5)
+        die_behind_one_sigchld(server, victims)  # both of them
         unreaped = wait_for(lambda: [p for p in victims
                                      if os.path.exists(f"/proc/{p}")],
                             lambda left: not left, limit=2)
@@ -802,10 +803,7 @@ def fork_fails(lab):
         # empty slot has all of them to walk before it can take SIGTERM
         # (killed while it ran, it took a few deaths a call, as they
         # came, and passed 1 time in 3).
-        with halted(server.pid):
-            kill(live)
-            wait_for(lambda: len(zombie_children(server.pid)),
-                     lambda n: n >= len(live), limit=5)
+        die_behind_one_sigchld(server, live)
         wait_for(lambda: [p for p in live if not os.path.exists(f"/proc/{p}")],
                  lambda gone: gone, limit=2)  # the first reaped
         reaped.extend(p for p in live if not os.path.exists(f"/proc/{p}"))

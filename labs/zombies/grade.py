@@ -167,6 +167,14 @@ int posix_memalign(void **out, size_t a, size_t n)
 """
 
 
+def heap_flat(lab, grown, over, why, whose="in the server itself"):
+    """The server's heap in use (heap_bytes()) grew by at most HEAP_SLACK
+    over `over`; else what was kept, and why it must not be."""
+    lab.expect(grown <= HEAP_SLACK, f"the server's heap grew by {grown} "
+               f"bytes in use (malloc less free, {whose}; at most "
+               f"{HEAP_SLACK}) over {over}: {why}")
+
+
 def heap_bytes(lab):
     """A library to preload that counts the server's heap bytes in use
     (its own, not its children's): (env to start it with, a function that
@@ -463,16 +471,14 @@ def deaths(lab, server, heap):
                "normal exit brings down drops every client once it "
                "reaches its cap)")
     grown = heap() - first
-    lab.expect(grown <= HEAP_SLACK, f"the server's heap grew by {grown} "
-               f"bytes in use (malloc less free, in the server itself; at "
-               f"most {HEAP_SLACK}) over {killed} children killed by "
-               "SIGKILL: something kept for each child (a list node, a "
-               "record) is freed only when it exits normally (WIFEXITED); "
-               "a child killed by a signal has exited all the same "
-               "(WIFSIGNALED), and its entry stays for the server's whole "
-               "life (and its stale PID, soon another process's, with it); "
-               "watch: grep VmData /proc/PID/status before and after "
-               "killing 10,000 children with kill -9")
+    heap_flat(lab, grown, f"{killed} children killed by SIGKILL",
+              "something kept for each child (a list node, a record) is "
+              "freed only when it exits normally (WIFEXITED); a child "
+              "killed by a signal has exited all the same (WIFSIGNALED), "
+              "and its entry stays for the server's whole life (and its "
+              "stale PID, soon another process's, with it); watch: grep "
+              "VmData /proc/PID/status before and after killing 10,000 "
+              "children with kill -9")
     # No child is left: a stop that signals any PID signals a stranger's
     # process (a dead child's PID, reused). Each kill() is counted and
     # made to fail (ESRCH), not run: the strangers are spared.
@@ -621,14 +627,12 @@ def fork_fails(lab):
                "failed fork() must still close the client's descriptor; "
                "watch: ls /proc/PID/fd | wc -l")
     grown = heap() - first
-    lab.expect(grown <= HEAP_SLACK, f"the server's heap grew by {grown} "
-               f"bytes in use (malloc less free, in the server itself; at "
-               f"most {HEAP_SLACK}) over {failed} failed fork()s: something "
-               "allocated for a child before fork() (a record of it, a "
-               "list node) is never freed when fork() fails and there is "
-               "no child; free it on that path too; watch: grep VmData "
-               "/proc/PID/status before and after 10,000 clients with "
-               "strace -e inject=clone:error=EAGAIN -p PID")
+    heap_flat(lab, grown, f"{failed} failed fork()s",
+              "something allocated for a child before fork() (a record of "
+              "it, a list node) is never freed when fork() fails and there "
+              "is no child; free it on that path too; watch: grep VmData "
+              "/proc/PID/status before and after 10,000 clients with "
+              "strace -e inject=clone:error=EAGAIN -p PID")
     for path in ("/", "/style.css"):  # fork() works again
         try:
             status, _ = get(server.port, path)
@@ -761,14 +765,13 @@ def under_load(lab):
     lab.expect(alive == 0, f"{alive} children still running 3 s after the "
                "last client (ps -o pid,stat,wchan --ppid PID)")
     grown = heap() - first
-    lab.expect(grown <= HEAP_SLACK, f"the server's heap grew by {grown} "
-               f"bytes in use (malloc less free, in the server itself, not "
-               f"its children; at most {HEAP_SLACK}) over ab "
-               f"{' '.join(LOAD)}: something kept for every child (a "
-               "growing array of PIDs or statuses) is never freed, and a "
-               "server runs for months; keep nothing per child, or free it "
-               "when it is reaped; watch: grep VmData /proc/PID/status "
-               "before and after ab -n 100000 -c 50")
+    heap_flat(lab, grown, f"ab {' '.join(LOAD)}",
+              "something kept for every child (a growing array of PIDs or "
+              "statuses) is never freed, and a server runs for months; "
+              "keep nothing per child, or free it when it is reaped; "
+              "watch: grep VmData /proc/PID/status before and after ab "
+              "-n 100000 -c 50", whose="in the server itself, not its "
+              "children")
     return (f"at most {most[0]} zombies at once; a waitpid() on each of "
             f"{len(turned)} turns; heap {grown:+} bytes")
 
