@@ -539,6 +539,9 @@ def no_orphans(lab):
     fresh = list(fresh) + late
     left = wait_for(lambda: [p for p in fresh if alive(p)], lambda w: not w,
                     limit=2)
+    for pid in left:  # orphans of the server we started: end them here
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     lab.expect(not left, f"{len(left)} workers still running 2 s after the "
                f"supervisor was killed with SIGKILL (of {len(fresh)}, "
                f"{len(set(fresh) - set(workers))} of them replacements): an "
