@@ -241,23 +241,28 @@ def children(pid):
     return kids
 
 
+def stat_head(pid):
+    """/proc/PID/stat after the command name (state, ppid, ...), read with
+    a bare os.read(): grading.child_stats() costs three times as much for
+    a crowd. None once pid is reaped."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 512).decode()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return text[text.rfind(")") + 2:]
+
+
 def child_states(pid):
-    """{child: state letter} for pid's children (zombies: "Z"), read with
-    a bare os.read() each: grading.child_stats() costs three times as much
-    for a crowd."""
+    """{child: state letter} for pid's children (zombies: "Z")."""
     states = {}
     for kid in children(pid):
-        try:
-            fd = os.open(f"/proc/{kid}/stat", os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            text = os.read(fd, 512).decode()
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        fields = text[text.rfind(")") + 2:].split(None, 2)
+        fields = (stat_head(kid) or "").split(None, 2)
         if len(fields) > 1 and int(fields[1]) == pid:
             states[kid] = fields[0]
     return states
@@ -305,17 +310,8 @@ def all_dead(victims):
     """Whether every victim is dead (a zombie, or reaped): read from the
     last killed back, stopping at the first still running."""
     for pid in reversed(victims):
-        try:
-            fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
-        except OSError:
-            continue  # reaped
-        try:
-            text = os.read(fd, 512).decode()
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        if text[text.rfind(")") + 2:][:1] != "Z":
+        head = stat_head(pid)
+        if head is not None and head[:1] != "Z":  # None: reaped
             return False
     return True
 
