@@ -66,21 +66,27 @@ LAB_JOBS  ?= 8
 LAB_MOST  ?= 16
 PYTEST = "$$(tools/python pytest httplint xdist)" -m pytest tests/
 LAB_LOG := labs/work/check.log
+# The parallel tests' output is kept too: their failures are printed again
+# at the very end, after the labs' long log, where a CI log's tail shows them.
+TEST_LOG := labs/work/tests.log
 
 test: deps
 	$(MAKE) check-sync format-check
 	$(MAKE) -j 2 all
-	@mkdir -p $(dir $(LAB_LOG))
+	@mkdir -p $(dir $(LAB_LOG)); rm -f $(TEST_LOG).rc
 	tools/lab check -j $(LAB_JOBS) --most $(LAB_MOST) \
 	    --times $(LAB_LOG:.log=-times.tsv) \
 	    > $(LAB_LOG) 2>&1 & labs=$$!; \
 	trap 'kill $$labs 2>/dev/null' INT TERM; \
 	$(MAKE) -j 2 asan && fuzz/run --check && \
-	$(PYTEST) -rs -n $(TEST_JOBS) --dist loadgroup -m "not serial" \
-	    $(PYTEST_ARGS); tests=$$?; \
+	{ $(PYTEST) -rs -n $(TEST_JOBS) --dist loadgroup -m "not serial" \
+	    $(PYTEST_ARGS); echo $$? > $(TEST_LOG).rc; } | tee $(TEST_LOG); \
+	tests=$$(cat $(TEST_LOG).rc 2>/dev/null || echo 1); \
 	echo "waiting for tools/lab check ($(LAB_LOG))"; \
 	wait $$labs; graded=$$?; cat $(LAB_LOG); \
-	test $$tests = 0 && test $$graded = 0
+	if [ "$$tests" != 0 ]; then echo "the parallel tests failed:"; \
+	    grep -E '^(FAILED|ERROR) |^=+ .* in [0-9.]+s' $(TEST_LOG); fi; \
+	test "$$tests" = 0 && test $$graded = 0
 	$(PYTEST) -rs -m serial $(PYTEST_ARGS)
 
 # The edit loop: build, check-sync, and one server's own tests (SERVER=epoll
