@@ -67,7 +67,9 @@ LAB_MOST  ?= 16
 PYTEST = "$$(tools/python pytest httplint xdist)" -m pytest tests/
 LAB_LOG := labs/work/check.log
 # The parallel tests' output is kept too: their failures are printed again
-# at the very end, after the labs' long log, where a CI log's tail shows them.
+# at the very end, after the labs' long log, where a CI log's tail shows them,
+# and those tests run again alone (as a lab verdict that differs is graded
+# again alone): the last verdict counts, the first stays in the log.
 TEST_LOG := labs/work/tests.log
 
 test: deps
@@ -85,7 +87,10 @@ test: deps
 	echo "waiting for tools/lab check ($(LAB_LOG))"; \
 	wait $$labs; graded=$$?; cat $(LAB_LOG); \
 	if [ "$$tests" != 0 ]; then echo "the parallel tests failed:"; \
-	    grep -E '^(FAILED|ERROR) |^=+ .* in [0-9.]+s' $(TEST_LOG); fi; \
+	    grep -E '^(FAILED|ERROR) |^=+ .* in [0-9.]+s' $(TEST_LOG); \
+	    echo "those tests again, alone (the last verdict counts):"; \
+	    $(PYTEST) -rs --lf --lfnf=none -m "not serial" $(PYTEST_ARGS); \
+	    tests=$$?; fi; \
 	test "$$tests" = 0 && test $$graded = 0
 	$(PYTEST) -rs -m serial $(PYTEST_ARGS)
 
