@@ -926,6 +926,40 @@ def percentile(bins, good, total, q, slower_ms):
     return slower_ms
 
 
+# The client's own failures: what no server can cause. A run that ends in
+# one of these measured httperf, not the server (loadtest/README.md).
+CLIENT_SLACK = 3.0  # seconds past --duration + --timeout: httperf stalled
+
+
+def httperf_client_trouble(text, duration, timeout, seconds=None):
+    """Why a run of httperf failed for the client's reasons, or None.
+
+    Open loop, httperf should end within --duration + --timeout whatever
+    the server does: it opens connections on its schedule and gives each
+    at most --timeout. A run that took longer stalled in httperf itself
+    (seen here: with --hog, its own port allocator spun in bind() on a
+    port in TIME_WAIT for up to 60 s, then timed out every open
+    connection at once). addrunavail (no local port) and ftab-full (its
+    table of descriptors) are the client's limits too. fd-unavail is not:
+    it means the --concurrency cap of open connections was reached, rate
+    x latency, which is the server's latency."""
+    raw = {field: int(match.group(1)) for field, pattern in
+           HTTPERF_FIELDS.items()
+           if (match := re.search(pattern, text, re.M))}
+    if "created" not in raw:
+        return "no report from httperf"
+    if raw.get("no_port"):
+        return f"client out of local ports (addrunavail {raw['no_port']})"
+    if raw.get("table_full"):
+        return f"client's table full (ftab-full {raw['table_full']})"
+    took = first_match(r"^Total: .* test-duration ([\d.]+) s", text, None)
+    took = float(took) if took else seconds
+    if took is not None and took > duration + timeout + CLIENT_SLACK:
+        return (f"client stalled: {took:.1f} s for a {duration} s run "
+                f"(--timeout {timeout:g})")
+    return None
+
+
 def parse_httperf(text, timeout, offered, into=None):
     """httperf's report of a run that offered `offered` requests (one a
     connection) as a dict with parse_ab()'s names: complete (replies),

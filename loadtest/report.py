@@ -29,7 +29,9 @@ class Run:
     concurrency: int
     run: int  # 1..runs
     n: int | None  # requests asked of ab (wrk runs for a time instead)
-    status: str = "not run"  # ok | fail | skipped | not run
+    status: str = "not run"  # ok | fail | skipped | not run | client
+    #   (client: --rate, the client failed, not the server: sweep's
+    #   judge_client(); it counts for neither)
     rps: float | None = None  # "Requests per second" (ab), "Requests/sec"
     complete: int = 0
     failed: int = 0  # error events counted: the kinds below
@@ -673,9 +675,15 @@ def nginx_sentence(rows):
 
 
 def summary_sections(sweep, results):
-    """[(title, rows, sentences)] of --costs: alone, then beside idle."""
-    servers, idle = summary_servers(sweep), sweep.args.idle
-    c = sweep.args.levels[0]
+    """[(title, rows, idle, sentences)] of --costs: alone, then beside
+    idle."""
+    return summary_sections_of(results, summary_servers(sweep),
+                               sweep.args.levels[0], sweep.args.idle)
+
+
+def summary_sections_of(results, servers, c, idle):
+    """summary_sections() from the runs alone (also of a kept runs.csv:
+    loadtest/results-readme)."""
     alone = summary_rows(results, servers, 0)
     sections = [(f"c = {c:,}", alone, 0, surprises(alone))]
     if idle:
@@ -749,35 +757,57 @@ def write_summary_csv(sweep, results):
 
 HOLD_SHARE = 0.95  # a rate is held: 2xx replies at 95% of it or more...
 HOLD_ERRORS = 0.01  # ...and at most 1% of its requests failed
+CLIENT_RETRIES = 2  # a run the client failed is measured again, so many
+#                     times more (the sweep's measured_until_client_ok())
+
+
+def server_runs(runs):
+    """The runs that measured the server: ok, or failed for its reasons (a
+    run the client failed, status `client`, measured httperf)."""
+    return [run for run in runs if run.status in ("ok", "fail")]
 
 
 def all_of(runs, column):
-    """Median of a column over every run that has it, failed ones too:
-    past the knee the failures are the point."""
-    values = [getattr(run, column) for run in runs
+    """Median of a column over every run of the server that has it, failed
+    ones too: past the knee the failures are the point."""
+    values = [getattr(run, column) for run in server_runs(runs)
               if getattr(run, column) is not None]
     return statistics.median(values) if values else None
+
+
+def client_cell(runs):
+    """A rate no run measured: why (the client failed, or skipped)."""
+    if not runs:
+        return ""
+    failed = [run for run in runs if run.status == "client"]
+    if failed and not server_runs(runs):
+        return f"client failed ({failed[-1].note.split(':')[0]})"
+    return cell(runs)
 
 
 def rate_cell(runs):
     """p99 of a rate (ms), marked when the rate was not held."""
     p99 = all_of(runs, "p99_ms")
     if p99 is None:
-        return cell(runs) if runs else ""
+        return client_cell(runs)
     return figure(p99) + ("" if held(runs) else " ✗")
 
 
 def achieved_cell(runs):
     share = all_of(runs, "achieved_rps")
-    return f"{100 * share / runs[0].offered_rps:.0f}%" if share else \
-        (cell(runs) if runs else "")
+    return (f"{100 * share / runs[0].offered_rps:.0f}%" if share is not None
+            else client_cell(runs))
 
 
 def held(runs):
-    """Did the server keep up with this rate, in the median of its runs (a
-    point stops at its first failed run: then not)?"""
-    if not runs or any(run.status != "ok" for run in runs):
-        return False
+    """Did the server keep up with this rate? By the median of its runs:
+    2xx replies a second at HOLD_SHARE of the rate or more, and at most
+    HOLD_ERRORS of its requests failed; a run that failed (over 10%) counts
+    with its numbers, a run the client failed not at all. None when no run
+    measured the server."""
+    runs = server_runs(runs)
+    if not runs:
+        return None
     achieved = statistics.median(run.achieved_rps or 0 for run in runs)
     errors = statistics.median(run.errors() / max(run.n or 0, 1)
                                for run in runs)
@@ -795,7 +825,10 @@ def knees(sweep, results):
             runs = grouped.get((server, rate), [])
             if not runs or runs[0].status == "skipped":
                 break
-            if not held(runs):
+            verdict = held(runs)
+            if verdict is None:  # the client failed every run: unknown
+                continue
+            if not verdict:
                 lost = rate
                 break
             kept = rate
@@ -829,13 +862,29 @@ whether the replies keep up or not, so a slow server cannot slow the client
 down (no coordinated omission). A cell is the median of the runs; p99 counts
 every request offered, a failed one (timed out, reset, or not sent because
 the client was at its --concurrency cap of open connections) as --timeout.
-`✗`: the rate was not held: in the median run fewer than 95% of it came back
-as 2xx replies a second, or more than 1% of its requests failed (or a run
-failed: more than 10%)."""
+`✗`: the rate was not held: by the median of its runs, fewer than 95% of it
+came back as 2xx replies a second, or more than 1% of its requests failed.
+A run the client failed (httperf stalled past --duration + --timeout, was
+cut, or ran out of local ports) is not the server's: it was measured again
+(up to twice more) and counts for neither; `client failed` where no run of
+a rate was the server's (the knee passes over it)."""
+
+
+def client_failures(results):
+    """A line on the runs the client failed, or none."""
+    again = [run for run in results if run.note.startswith("measured again")]
+    lost = [run for run in results if run.status == "client"]
+    if not (again or lost):
+        return []
+    return [f"The client failed {len(again)} run(s) that were then measured "
+            f"again, and {len(lost)} that stayed its failure after "
+            f"{1 + CLIENT_RETRIES} tries (runs.csv: status `client`, "
+            "and the note).", ""]
 
 
 def rate_markdown(sweep, results):
-    return titled(rate_tables(sweep, results), True) + [RATE_LEGEND, ""]
+    return (titled(rate_tables(sweep, results), True) + [RATE_LEGEND, ""]
+            + client_failures(results))
 
 
 def rate_console(sweep, results):
