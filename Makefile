@@ -120,7 +120,7 @@ sweep-full: deps
 # one-worker nginx at c=1000, then beside 10,000 idle keep-alive clients),
 # then latency under a fixed offered rate (httperf, open loop) for six
 # models, with the knee where each falls over. About 1.5 + 4-6 minutes here
-# (the first run took 1.5 + 21: httperf --hog stalled ~60 s in 17 runs).
+# (the first run took 1.5 + 21: httperf --hog stalled 48-64 s in 18 runs).
 SWEEP_COSTS_ARGS ?= --requests 5000 --timeout 5
 SWEEP_RATES      ?= 500,1000,1500,2000,3000,4000,6000,8000
 KNEE_SERVERS     := iterative,forking,threaded,prethreaded,epoll,io_uring

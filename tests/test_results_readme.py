@@ -60,7 +60,8 @@ def test_readme_is_what_make_results_writes():
 
 @pytest.mark.parametrize("name", ["classic", "nginx", "quick-pinned",
                                   "fibers", "event-static", "event-perconn",
-                                  "reuseport-scaling"])
+                                  "reuseport-scaling", "costs",
+                                  "costs-memory", "costs-busy"])
 def test_a_figure_edited_by_hand_fails_the_check(tmp_path, name):
     readme = tmp_path / "RESULTS.md"
     text = (REPO / "RESULTS.md").read_text()
@@ -176,3 +177,33 @@ def test_anatomy_tables_are_current_and_checked(tmp_path):
                            str(tmp_path)], capture_output=True, text=True,
                           timeout=TOOL_TIMEOUT)
     assert done.returncode == 1 and "stale" in done.stderr, done.stdout
+
+
+def test_cost_region_is_the_kept_sweeps_own_tables():
+    """The costs region renders the kept --costs sweep's runs.csv with the
+    sweep's code: its two summary tables are the ones the sweep wrote into
+    its results.md, row for row."""
+    tool = load(TOOL, "results_readme")
+    kept_md = (RESULTS / tool.COSTS / "results.md").read_text()
+    shown = region((REPO / "RESULTS.md").read_text(), "costs")
+    tables = [part.split("\n\n", 1)[1].split("\n\n", 1)[0]
+              for part in kept_md.split("## Cost summary: ")[1:]]
+    assert len(tables) == 2, "alone and beside the idle connections"
+    for table in tables:
+        assert table in shown
+
+
+def test_rate_knees_render_a_kept_rate_sweep():
+    """rate_knees() (for a RESULTS.md region once a quiet --rate sweep is
+    kept) renders a kept runs.csv into the tables its sweep wrote, the
+    knee among them, and the chart."""
+    tool = load(TOOL, "results_readme")
+    name = "rates-2026-11-29-loaded"
+    shown = "\n".join(tool.rate_knees(name))
+    kept_md = (RESULTS / name / "results.md").read_text()
+    for title in ("p99 latency (ms) against offered rate",
+                  "The knee: highest rate held, first rate not held"):
+        table = kept_md.split(f"## {title}\n\n", 1)[1].split("\n\n", 1)[0]
+        assert f"**{title}**\n\n{table}" in shown
+    assert f"(loadtest/results/{name}/chart-rate.png)" in shown
+    assert "- The knee: " in shown
