@@ -2,9 +2,9 @@
 """Grader for the reuseport lab (labs/reuseport/README.md).
 
 What it looks at is the kernel's side: the sockets listening on the port
-(their inodes in /proc/net/tcp*, and each one's options, read through a
-copy of the server's own descriptor), and where the kernel sends a burst of
-new connections (the per-loop counts of the summary)."""
+(their inodes, as ss -ltne lists them, and each one's options, read
+through a copy of the server's own descriptor), and where the kernel sends
+a burst of new connections (the per-loop counts of the summary)."""
 
 import ctypes
 import errno
@@ -43,6 +43,7 @@ NTH_FAILS = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -184,10 +185,15 @@ int getsockopt(int fd, int level, int name, void *v, socklen_t *n)
         return failed();
     return real(fd, level, name, v, n);
 }
+/* fcntl() fails in the main thread, where loops_start() sets up the
+ * listeners, and in every thread for any command but the F_GETFL and
+ * F_SETFL of loop_init() (which must pass for a loop to start at all: the
+ * run would end there, whatever the set-up had done before). */
 static int fcntl_as(const char *symbol, int fd, int cmd, void *arg)
 {
     int (*real)(int, int, ...) = dlsym(RTLD_NEXT, symbol);
-    if (failing("fcntl"))
+    if ((syscall(SYS_gettid) == getpid() ||
+         (cmd != F_GETFL && cmd != F_SETFL)) && failing("fcntl"))
         return failed();
     return real(fd, cmd, arg);
 }
@@ -242,14 +248,46 @@ check = death_telling(grader, RUN)
 
 def listening_inodes(port):
     """The inodes of the sockets listening on the port, IPv4 and IPv6: one
-    per accept queue, however many descriptors point at each."""
+    per accept queue, however many descriptors point at each. Asked of
+    sock_diag (netlink, as `ss -ltn` asks), which walks only the listening
+    sockets: /proc/net/tcp holds the same, but each read of it walks every
+    connection of the host (TIME_WAIT ones of other tests too, 100,000s
+    on a busy machine: a tenth of a CPU-second a read)."""
     inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            local_port = int(fields[1].rsplit(":", 1)[1], 16)
-            if local_port == port and fields[3] == "0A":  # TCP_LISTEN
-                inodes.add(int(fields[9]))
+    for family in (socket.AF_INET, socket.AF_INET6):
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW,
+                           4) as diag:  # NETLINK_SOCK_DIAG
+            # struct inet_diag_req_v2: TCP sockets of the family in state
+            # LISTEN (1 << 10) with this source port
+            request = struct.pack("=BBBxI", family, socket.IPPROTO_TCP, 0,
+                                  1 << 10) + struct.pack("!HH", port, 0) + \
+                bytes(44)
+            # struct nlmsghdr: SOCK_DIAG_BY_FAMILY (20), NLM_F_REQUEST |
+            # NLM_F_DUMP
+            diag.sendto(struct.pack("=IHHII", 16 + len(request), 20, 0x301,
+                                    1, 0) + request, (0, 0))
+            done = False
+            while not done:
+                data = diag.recv(1 << 16)
+                at = 0
+                while at + 16 <= len(data):
+                    length, kind = struct.unpack_from("=IH", data, at)
+                    if kind == 3:  # NLMSG_DONE
+                        done = True
+                        break
+                    if kind == 2:  # NLMSG_ERROR
+                        code = -struct.unpack_from("=i", data, at + 16)[0]
+                        raise OSError(code, "sock_diag")
+                    # struct inet_diag_msg: state at 1, the source port at
+                    # 4, the inode after the 48-byte id and four words
+                    msg = at + 16
+                    if data[msg + 1] == 10 and struct.unpack_from(
+                            "!H", data, msg + 4)[0] == port:
+                        inodes.add(struct.unpack_from("=I", data,
+                                                      msg + 68)[0])
+                    at += (length + 3) & ~3
+                if not data:
+                    break
     return inodes
 
 
@@ -603,15 +641,73 @@ def failing_runs(lab, shim, call, errors):
     return outcome or (None, code, 0)
 
 
+FAILED_WHERE = {"fcntl": " in the main thread, where the listeners are set "
+                "up (in the loops, all but loop_init()'s F_GETFL and "
+                "F_SETFL)",
+                "getsockname": "", "getsockopt": "", "ioctl": ""}
+
+
+def extra_runs(lab, shim):
+    """Each of EXTRA_CALLS failing from the 1st on (ENOBUFS), one server
+    each, all four at once: {call: (exit code or None, listening sockets
+    on its port, how many of them are open across exec)}, each once it
+    has exited, or once every loop has started (each loop's loop_init()
+    sets TCP_DEFER_ACCEPT on its listener, after the set-up), or 5 s."""
+    runs, socks, seen = {}, {}, {}
+
+    def look(call):
+        port, run = runs[call]
+        if run.poll() is not None:
+            return (run.returncode, 0, 0), True
+        up = len(listening_inodes(port))
+        if up != LOOPS:
+            return (None, up, 0), False
+        if call not in socks:
+            socks[call] = listeners(run.pid, port)
+        started = all(sock.getsockopt(socket.IPPROTO_TCP, 9)  # DEFER
+                      for sock in socks[call])
+        leaky = sum(not f & os.O_CLOEXEC for f in fd_flags(run.pid, port))
+        return (run.poll(), up, leaky), started
+
+    def settled():
+        for call in runs:
+            if call not in seen or not seen[call][1]:
+                try:
+                    seen[call] = look(call)
+                except OSError:  # it exited while we looked: next round
+                    seen[call] = ((runs[call][1].poll(), 0, 0), False)
+        return all(done for _, done in seen.values())
+
+    try:
+        for call in EXTRA_CALLS:
+            port = free_port()
+            runs[call] = (port, subprocess.Popen(
+                [str(lab.binary.path), str(port), "127.0.0.1",
+                 str(lab.redis.port)], cwd=lab.site,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={
+                    **os.environ, **ENV, "LD_PRELOAD": str(shim),
+                    "FAIL_CALL": call, "FAIL_FROM": "1",
+                    "FAIL_ERRNO": str(errno.ENOBUFS)}))
+        wait_for(settled, bool, limit=5)
+    finally:
+        for sock in (s for group in socks.values() for s in group):
+            sock.close()
+        for _, run in runs.values():
+            if run.poll() is None:
+                run.kill()
+            run.wait()
+    return {call: seen[call][0] for call in EXTRA_CALLS}
+
+
 @check(10, "a listener that cannot be set up stops the server: every "
        "socket(), setsockopt(SO_REUSEPORT), (SO_REUSEADDR), (TCP_NODELAY), "
        f"bind() or listen() from the 2nd on failing, with any of "
        f"{len(EVERY_ERRNO)} errnos, exits it, not a loop with a listener "
        "missing, borrowed or set up short; a getsockname(), getsockopt(), "
        "fcntl() or ioctl() failing leaves no loop without a listener of "
-       "its own; each socket has SO_REUSEADDR before its bind(), none has "
-       "a buffer size set, and no listener is closed or shut down while "
-       "the loops start")
+       "its own, closed on exec; each socket has SO_REUSEADDR before its "
+       "bind(), none has a buffer size set, and no listener is closed or "
+       "shut down while the loops start")
 def setup_failures_fatal(lab):
     shim = build_shim(lab, "nth_fails", NTH_FAILS, "-ldl")
     for call, name, cost, errors in RUN_GROUPS:
@@ -632,24 +728,7 @@ def setup_failures_fatal(lab):
     # from the 1st on, ENOBUFS: the server may exit non-zero, or run on
     # (the reference makes no such call on a listener), but only with a
     # listener of its own for every loop, never falling back to a dup().
-    for call in EXTRA_CALLS:
-        port = free_port()
-        run = subprocess.Popen(
-            [str(lab.binary.path), str(port), "127.0.0.1",
-             str(lab.redis.port)], cwd=lab.site, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, env={
-                **os.environ, **ENV, "LD_PRELOAD": str(shim),
-                "FAIL_CALL": call, "FAIL_FROM": "1",
-                "FAIL_ERRNO": str(errno.ENOBUFS)})
-        try:
-            up = wait_for(lambda: len(listening_inodes(port)),
-                          lambda n: n >= LOOPS or run.poll() is not None,
-                          limit=5)
-            code = run.poll()
-        finally:
-            if run.poll() is None:
-                run.kill()
-            run.wait()
+    for call, (code, up, leaky) in extra_runs(lab, shim).items():
         lab.expect(code not in (None, 0) or (code is None and up == LOOPS),
                    f"every {call}() failed (ENOBUFS), and the server "
                    f"{'ran on for 5 s' if code is None else 'exited 0'} "
@@ -658,12 +737,22 @@ def setup_failures_fatal(lab):
                    "failure while a listener is set up is fatal, whatever "
                    f"the call: die() (see it with strace -f -e inject={call}"
                    f":error=ENOBUFS {RUN[:-2]})")
+        lab.expect(code is not None or not leaky,
+                   f"every {call}() failed (ENOBUFS){FAILED_WHERE[call]}, "
+                   f"and the server ran on with {leaky} of its {LOOPS} "
+                   "listeners open across exec (no O_CLOEXEC in "
+                   "/proc/PID/fdinfo): a listener set up short; a call "
+                   "you add is under the same rule as the six: check its "
+                   "result and die(), or make the socket with SOCK_CLOEXEC "
+                   "as open_listener() does (see it with strace -e inject="
+                   f"{call}:error=ENOBUFS {RUN[:-2]}, no -f)")
     # Traced from exec on: the closes of the start-up, each socket named
     # with its address (-yy), until every loop's listener is up.
     port = free_port()
     trace = lab.workdir / "start.strace"
     run = subprocess.Popen(
-        ["strace", "-f", "-qq", "-yy", "-o", str(trace), "-e",
+        ["strace", "-f", "--seccomp-bpf", "-qq", "-yy", "-o", str(trace),
+         "-e",
          "trace=close,shutdown,dup2,dup3,setsockopt,bind",
          str(lab.binary.path), str(port), "127.0.0.1", str(lab.redis.port)],
         cwd=lab.site, env={**os.environ, **ENV}, stdout=subprocess.DEVNULL,
