@@ -302,6 +302,20 @@ def console(sweep, results):
     return "\n".join(parts)
 
 
+def load_average(sweep, info):
+    """`, load average 0.1-0.4`: the 1-min load average here before each
+    point, lowest and highest; `busy` above the cores (other work shared
+    them: compare within this sweep only)."""
+    loads = getattr(sweep, "loads", None)
+    if not loads:
+        return ""
+    low, high = min(loads), max(loads)
+    text = f", load average {low:.1f}-{high:.1f} before its points"
+    if high > float(info.get("cores") or 0):
+        text += f", above the {info['cores']} cores: busy with other work"
+    return text
+
+
 def write_markdown(sweep, results, info, report):
     """results.md: how, where and when the sweep ran, then its tables.
     report: date, seconds, interrupted, command, and from the sweep the
@@ -314,7 +328,8 @@ def write_markdown(sweep, results, info, report):
            if args.behind_nginx else ""),
         "",
         f"- Date: {report['date']} (took {duration(report['seconds'])}"
-        + (", interrupted" if report["interrupted"] else "") + ")",
+        + (", interrupted" if report["interrupted"] else "")
+        + load_average(sweep, info) + ")",
         f"- Machine: {info['cpu']}, {info['cores']} cores, "
         f"Linux {info['kernel']}, {info['os']}",
         f"- Software: {info[args.client]}, {info['redis']}, "

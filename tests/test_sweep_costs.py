@@ -423,3 +423,19 @@ def test_httperf_picks_no_ports_of_its_own(sweep_module):
     run = report.Run("epoll", 1000, 1, 600, offered_rps=300)
     command = sweep_module.httperf_command(sweep, target, run)
     assert "httperf" in command and "--hog" not in command, command
+
+
+def test_results_say_how_busy_the_machine_was():
+    """results.md's Date line gives the 1-min load average before the
+    points, and says when it was above the cores (other work shared them):
+    a loaded sweep's knees are the load's as much as the servers'."""
+    class Sweep:
+        loads = [0.2, 0.6]
+    assert report.load_average(Sweep, {"cores": 2}) == \
+        ", load average 0.2-0.6 before its points"
+    Sweep.loads = [18.4, 45.3]
+    assert report.load_average(Sweep, {"cores": 2}).endswith(
+        "18.4-45.3 before its points, above the 2 cores: busy with other "
+        "work")
+    Sweep.loads = []
+    assert report.load_average(Sweep, {"cores": 2}) == ""
