@@ -40,7 +40,11 @@ _MAX_FRONT = (b"POST /guestbook HTTP/1.1\r\nHost: x\r\nContent-Type: "
 MAX_REQUEST = (_MAX_FRONT + b"p" * (8192 - len(_MAX_FRONT) - 4) + b"\r\n\r\n"
                + b"guest-name=a&guest-remarks=" + b"x" * (MAX_BODY - 27))
 IDLE_CUT = 7.5  # seconds: the 5 s idle limit, and a margin
-UPTIME_DAYS = 50  # CLOCK_MONOTONIC this far ahead: its ms pass 2^31 and 2^32
+UPTIME_DAYS = 926  # CLOCK_MONOTONIC about this far ahead (80,000,000 s,
+#                   in [2^26, 2^27) s): its ms are long past 2^31 and 2^32,
+#                   and a float of its seconds steps FLOAT_STEP s at a time
+UPTIME_S = 80_000_000
+FLOAT_STEP = 8  # seconds between two floats (24-bit mantissa) at UPTIME_S
 WALL_STEP = 3600  # seconds the wall clock (CLOCK_REALTIME) steps ahead
 RUNNABLE = 2.0  # pool threads runnable at once, on average, while idle
 WAKEUPS = 200  # context switches of the whole server in that idle second
@@ -52,6 +56,59 @@ BEGUN = b"GET / HT"  # a request begun, then nothing: its wait is watched too
 # fault injection), as at the process's descriptor limit.
 MAKES_FD = ("timerfd_create", "eventfd2", "epoll_create1", "signalfd4",
             "pipe2", "dup", "dup3")
+HALF_CLOSED = 5  # of the BURST in idle_attack: the request, then the FIN
+REFUSED = 20  # malformed requests (400) in idle_attack: none may leave a
+#               descriptor behind (at most THREADS in all) or close one twice
+# Preloaded in idle_attack: each pool thread's first call that makes a
+# descriptor fails with EMFILE from the thread's start (a descriptor made
+# once per thread as it starts, and never checked, is -1 for good); the
+# main thread's calls are left alone. The calls refused are logged to
+# $NOFD_LOG.
+NOFD = r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static __thread int made;
+static int refuse(const char *what)
+{
+    if (syscall(SYS_gettid) == getpid() || made++)
+        return 0;
+    const char *log = getenv("NOFD_LOG");
+    int fd = log ? open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)
+                 : -1;
+    if (fd >= 0) {
+        if (write(fd, what, strlen(what)) < 0 || write(fd, "\n", 1) < 0) {}
+        close(fd);
+    }
+    errno = EMFILE;
+    return 1;
+}
+#define PASS(name, ret, params, args)                                      \
+    ret name params                                                        \
+    {                                                                      \
+        static ret (*real) params;                                         \
+        if (refuse(#name))                                                 \
+            return -1;                                                     \
+        if (!real)                                                         \
+            real = (ret (*) params)dlsym(RTLD_NEXT, #name);                \
+        return real args;                                                  \
+    }
+#include <dlfcn.h>
+PASS(timerfd_create, int, (int c, int f), (c, f))
+PASS(eventfd, int, (unsigned int v, int f), (v, f))
+PASS(epoll_create1, int, (int f), (f))
+PASS(epoll_create, int, (int n), (n))
+PASS(signalfd, int, (int fd, const sigset_t *m, int f), (fd, m, f))
+PASS(pipe2, int, (int p[2], int f), (p, f))
+PASS(pipe, int, (int p[2]), (p))
+PASS(dup, int, (int fd), (fd))
+PASS(dup3, int, (int a, int b, int f), (a, b, f))
+"""
 HIGH_FD = 1100  # high_descriptors: the server starts with 3..HIGH_FD taken,
 #                 so its clients' descriptors are past FD_SETSIZE (1,024)
 FORTIFY = "-U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2"  # as distributions build
@@ -64,10 +121,10 @@ WATCH = (f"watch it: ZEROHTTPD_THREADS={THREADS} ./prethreaded 8000, the "
 grader = Grader("slowloris")
 
 
-def pool_server(lab):
+def pool_server(lab, env=None):
     """The server with THREADS threads; more (a bigger pool instead of the
     deadlines) fails the check."""
-    server = lab.start(env={"ZEROHTTPD_THREADS": str(THREADS)})
+    server = lab.start(env={"ZEROHTTPD_THREADS": str(THREADS), **(env or {})})
     get(server.port, "/")  # the pool is up once a request is answered
     threads = wait_for(lambda: status_field(server.pid, "Threads"),
                        lambda n: n > THREADS + 2, 0.5)  # any late starter
@@ -77,19 +134,39 @@ def pool_server(lab):
     return server
 
 
-def burst_served_within(port, limit):
+def half_closed_get(port, limit):
+    """GET / sent whole, then the client's FIN (shutdown(SHUT_WR), as nc -N
+    and many scripts do): the status of the answer, 0 for none."""
+    with socket.create_connection(("127.0.0.1", port),
+                                  timeout=seconds(limit)) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.shutdown(socket.SHUT_WR)
+        return read_answer(sock)[0]
+
+
+def burst_served_within(port, limit, halfclosed=0, dropped=None):
     """BURST new clients at once, each GET /: the slowest one's seconds, or
-    None if one was not answered 200 within `limit`."""
+    None if one was not answered 200 within `limit`. The first `halfclosed`
+    send their request and their FIN together (they wait in the backlog
+    while the pool is held: both are in when a thread turns to them);
+    dropped: a list that receives the statuses those were answered that
+    were not 200 (0: none)."""
     took = [None] * BURST
 
     def one(k):
         start = time.monotonic()
         try:
-            status, _ = get(port, "/", timeout=limit)
+            if k < halfclosed:
+                status = half_closed_get(port, limit)
+            else:
+                status, _ = get(port, "/", timeout=limit)
         except OSError:
-            return
+            status = 0
         if status == 200:
             took[k] = time.monotonic() - start
+        elif k < halfclosed and dropped is not None:
+            dropped.append(status)
+            took[k] = 0.0  # graded apart, once the others are served
 
     clients = [threading.Thread(target=one, args=(k,)) for k in range(BURST)]
     for c in clients:
@@ -126,7 +203,8 @@ def trickle(socks, stop, every=1.0, pieces=None):
             return
 
 
-def under_attack(lab, attackers, limit, every=None, pieces=None, heard=None):
+def under_attack(lab, attackers, limit, every=None, pieces=None, heard=None,
+                 halfclosed=0, dropped=None):
     """The slowest of a burst of new clients while `attackers` hold the
     pool (trickling a piece every `every` seconds if set), or None.
     heard: a list that receives what each attacker was sent (b"" for
@@ -138,7 +216,8 @@ def under_attack(lab, attackers, limit, every=None, pieces=None, heard=None):
         sender.start()
     try:
         time.sleep(0.5)  # every attacker has its thread
-        return burst_served_within(lab.servers[-1].port, limit)
+        return burst_served_within(lab.servers[-1].port, limit, halfclosed,
+                                   dropped)
     finally:
         stop.set()
         if every:
@@ -174,12 +253,19 @@ def closed_twice(traced):
               "connection closed once, silently; held threads asleep, idle "
               "or with a request begun")
 def idle_attack(lab):
-    server = pool_server(lab)
+    # Each pool thread's first call that makes a descriptor fails with
+    # EMFILE from the thread's start (NOFD, preloaded), and again from when
+    # the attackers come (strace's fault injection).
+    nofd_log = lab.workdir / "nofd.log"
+    server = pool_server(lab, env={
+        "LD_PRELOAD": str(build_shim(lab, "nofd", NOFD, "-ldl")),
+        "NOFD_LOG": str(nofd_log)})
     held = len(descriptors(server.pid))  # before any client of the checks
+    base = sockets(server.pid)  # its listener
     # First THREADS silent connections hold the pool for a second, its
     # threads watched; they leave (the threads see EOF) before the attack.
     quiet = idle_clients(server.port, THREADS)
-    running, woke, cpu = pool_asleep(server, quiet)
+    running, woke, cpu = pool_asleep(server, quiet, base)
     lab.expect(running < RUNNABLE and woke <= WAKEUPS * seconds(1),
                f"while {THREADS} connections that send nothing held the "
                f"pool for {seconds(1):.0f} s, {running:.1f} of its threads "
@@ -198,11 +284,11 @@ def idle_attack(lab):
                "handout's first block")
     # Then THREADS that have begun a request ('GET / HT') and stopped: the
     # wait for the rest of a request is a wait too, under its 10 s.
-    time.sleep(0.5)  # every thread back in accept()
+    back_in_accept(server.pid, base)
     begun = idle_clients(server.port, THREADS)
     for s in begun:
         s.send(BEGUN)
-    b_running, b_woke, b_cpu = pool_asleep(server, begun)
+    b_running, b_woke, b_cpu = pool_asleep(server, begun, base)
     lab.expect(b_running < RUNNABLE and b_woke <= WAKEUPS * seconds(1),
                f"while {THREADS} connections that had sent {BEGUN!r} (a "
                f"request begun) held the pool for {seconds(1):.0f} s, "
@@ -216,7 +302,7 @@ def idle_attack(lab):
                "one: asleep in poll() (wait_readable) until the request's "
                "deadline; watch it: top -H -p PID while 8 clients each "
                "send 'GET / HT' and stop")
-    time.sleep(0.5)  # every thread back in accept()
+    back_in_accept(server.pid, base)
     # The 2 * THREADS clients have left (their threads saw EOF): what each
     # request took is given back; one descriptor per thread, made once and
     # kept, is no leak.
@@ -233,39 +319,81 @@ def idle_attack(lab):
                "-l before and after 100 curl http://127.0.0.1:8000/")
     # The attackers connect once strace is attached, and the first call of
     # each pool thread that makes a descriptor (MAKES_FD) fails with EMFILE.
-    took, heard = [], []
-    traced = _strace(server.pid, ["close", *MAKES_FD], lambda: took.append(
-        under_attack(lab, idle_clients(server.port, ATTACKERS), 8,
-                     heard=heard)), "-f", "-e",
-        f"inject={','.join(MAKES_FD)}:error=EMFILE:when=1")
+    # Then, still watched, REFUSED malformed requests one after another,
+    # each answered 400 and closed: a way out of read_request() too.
+    took, heard, dropped, refusals = [], [], [], []
+
+    def attack():
+        took.append(under_attack(lab, idle_clients(server.port, ATTACKERS),
+                                 8, heard=heard, halfclosed=HALF_CLOSED,
+                                 dropped=dropped))
+        refusals.extend(malformed(server.port, REFUSED))
+
+    traced = _strace(server.pid, ["close", *MAKES_FD], attack, "-f", "-e",
+                     f"inject={','.join(MAKES_FD)}:error=EMFILE:when=1")
     took = took[0]
     failed = sorted({m[1] for m in re.finditer(
-        r"(\w+)(?:\(| resumed>).*EMFILE.*INJECTED", traced)})
+        r"(\w+)(?:\(| resumed>).*EMFILE.*INJECTED", traced)} | set(
+        nofd_log.read_text().split() if nofd_log.exists() else []))
     lab.expect(took is not None,
                f"a new client was not served in 8 s while {ATTACKERS} idle "
                "connections held the pool (no idle deadline, or one longer "
                "than 5 s)" + (
                    f"; meanwhile each pool thread's first {failed[0]}() "
                    "failed with EMFILE, as when the process is at its "
-                   "descriptor limit (strace's fault injection): is its "
+                   "descriptor limit (from the thread's start, an "
+                   "LD_PRELOAD shim; and again from when the attackers "
+                   "came, strace's fault injection): is its "
                    "result checked? poll() skips a descriptor of -1 and "
                    "waits with no deadline at all; when it fails, fall back "
                    "on wait_readable()'s timeout, or close that connection "
                    f"(docs/DESIGN.md: every call's result is checked); watch "
-                   f"it: strace -f -e inject={failed[0]}:error=EMFILE -p PID "
-                   "during the handout's first block" if failed else
+                   f"it: strace -f -e inject={failed[0]}:error=EMFILE "
+                   "./prethreaded 8000 (from its start), then the handout's "
+                   "first block" if failed else
                    f"; {WATCH}"))
+    lab.expect(not dropped,
+               f"{len(dropped)} of {HALF_CLOSED} new clients that sent a "
+               "whole request and then their FIN (shutdown(SHUT_WR), as nc "
+               "-N and many scripts do), queued while the idle attackers "
+               "held the pool, were not answered (answered: "
+               + ", ".join(str(d) for d in dropped) + "): the request and "
+               "the FIN were both in when a thread turned to them; a "
+               "client that has finished sending is not gone: read what it "
+               "sent (recv() returns the request, then 0) and answer it; "
+               "POLLRDHUP or POLLHUP before reading drops it; watch it: "
+               "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -N 127.0.0.1 8000 "
+               "while the handout's 13 idle sockets hold the pool")
     twice = closed_twice(traced)
     lab.expect(not twice,
                f"{len(twice)} close() calls failed with EBADF while the idle "
-               f"attackers were cut (close({twice[0]})"
+               f"attackers were cut and {REFUSED} malformed requests were "
+               f"refused (close({twice[0]})"
                + (" and more" if len(twice) > 1 else "") + "): a "
                "descriptor closed twice, by the code that cut it and again "
-               "by serve_connection()? In between another pool thread may "
+               "by serve_connection()? Or on the parser's refusal and again "
+               "on a shared way out? In between another pool thread may "
                "accept a new client on that number, whose connection the "
                "second close() then ends; watch it: strace -f -e "
-               "trace=close -p PID during the handout's first block"
+               "trace=close -p PID during the handout's first block, or "
+               "while printf 'GET / HTTP/1.1\\r\\nHost x\\r\\n\\r\\n' | nc "
+               "127.0.0.1 8000 (a 400)"
                if twice else "")
+    after = wait_for(lambda: len(descriptors(server.pid)),
+                     lambda n: n <= held + THREADS, 2)
+    lab.expect(after <= held + THREADS,
+               f"the server held {held} descriptors before any client came, "
+               f"{after} once the attack was over and {REFUSED} malformed "
+               f"requests had been refused ({len(refusals)} answered "
+               f"{sorted(set(refusals))[:3]}) and closed (at most "
+               f"{held + THREADS}: one kept by each thread): a descriptor "
+               "made for each request (a timerfd?) not closed when the "
+               "parser refuses the request (PARSE_ERROR: a 400, 414, 431)? "
+               "Every way out of read_request() closes it; once the table "
+               "is full no client is accepted (docs/DESIGN.md: no server "
+               "leaks descriptors); watch it: ls /proc/PID/fd | wc -l "
+               "before and after 100 printf 'GET / HTTP/1.1\\r\\nHost "
+               "x\\r\\n\\r\\n' | nc 127.0.0.1 8000")
     told = [h for h in heard if h]
     lab.expect(not told, f"{len(told)} of {ATTACKERS} connections that never "
                "sent a byte were sent something before the close ("
@@ -276,10 +404,27 @@ def idle_attack(lab):
                "closed); a 408 would reach a keep-alive client that sends "
                "its next request just then as the answer to it; watch it: "
                "nc 127.0.0.1 8000 and wait 5 s")
-    return (f"served after {took:.1f} s; {woke} context switches while "
+    return (f"served after {took:.1f} s ({HALF_CLOSED} half-closed too); "
+            f"{woke} context switches while "
             f"{THREADS} idle clients were held, {b_woke} while {THREADS} "
             f"begun requests were; {now - held:+} descriptors after "
             f"{2 * THREADS} clients left")
+
+
+def malformed(port, count):
+    """`count` malformed requests (a header line without a colon), one
+    after another, each on a new connection: the statuses answered (0:
+    none)."""
+    said = []
+    for _ in range(count):
+        try:
+            with socket.create_connection(("127.0.0.1", port),
+                                          timeout=seconds(5)) as sock:
+                sock.sendall(b"GET / HTTP/1.1\r\nHost x\r\n\r\n")
+                said.append(read_answer(sock)[0])
+        except OSError:
+            said.append(0)
+    return said
 
 
 def context_switches(pid):
@@ -315,11 +460,26 @@ def runnable_threads(pid, span):
     return sum(counts) / len(counts)
 
 
-def pool_asleep(server, clients):
+def sockets(pid):
+    """How many of pid's descriptors are sockets."""
+    return sum(what.startswith("socket:")
+               for what in descriptors(pid).values())
+
+
+def back_in_accept(pid, base):
+    """Waits (at most a second) until the server has closed every client's
+    socket, `base` sockets left: each thread is back at accept()."""
+    wait_for(lambda: sockets(pid), lambda n: n <= base, 1)
+
+
+def pool_asleep(server, clients, base):
     """While `clients` (one for each pool thread) hold the pool, for a
     second: (the threads runnable at once on average, the context switches
-    of the whole server, its CPU seconds); then the clients close."""
-    time.sleep(0.3)  # each has its thread
+    of the whole server, its CPU seconds); then the clients close. base:
+    the server's sockets before they came."""
+    wait_for(lambda: sockets(server.pid),  # each has its thread
+             lambda n: n >= base + len(clients), 1)
+    time.sleep(0.05)
     cpu, woke = cpu_seconds(server.pid), context_switches(server.pid)
     running = runnable_threads(server.pid, seconds(1))
     cpu = cpu_seconds(server.pid) - cpu
@@ -418,7 +578,7 @@ def attack_plan(start):
                                b"\r\nExpect: 100-continue\r\n\r\n")
     plans = []
     for k in range(3):
-        t0 = start + 2 * k
+        t0 = start + k
         plans.append(("a byte a second (staggered)", TIGHT,
                       [(t0 + i, ENDLESS_HEAD[i:i + 1]) for i in range(30)]))
         plans.append(("pipelined, then 9 s, then a byte a second", TIGHT,
@@ -530,7 +690,7 @@ def every_attacker_cut(lab):
     server = lab.start(env={"ZEROHTTPD_THREADS": str(WIDE)})
     get(server.port, "/")
     before = len(descriptors(server.pid))
-    start = time.monotonic() + 0.5  # 0.1 s into a second: a deadline in
+    start = time.monotonic() + 0.3  # 0.1 s into a second: a deadline in
     plans = attack_plan(start + (0.1 - start % 1) % 1)  # whole seconds
     # rounded up would cut 10.9 s after the first byte
     heard = []
@@ -800,18 +960,18 @@ def slow_but_legitimate(port, kind):
                 conn.send_tolerating_reset(piece)
             label = ("a head with 6 s of silence in it (7.5 s in all: the "
                      "5 s idle limit is for a request not yet begun)")
-        elif kind == "keepalive-4s":  # four requests 4 s apart
-            for _ in range(3):
+        elif kind == "keepalive-4s":  # three requests 4 s apart
+            for _ in range(2):
                 conn.send(ask)
                 conn.read_response()
                 time.sleep(4.0)
-            conn.send_tolerating_reset(ask[:16])  # 12 s in: in 2 pieces
-            time.sleep(1.0)
+            conn.send_tolerating_reset(ask[:16])  # 8 s in: in 2 pieces,
+            time.sleep(3.0)  # the second 11 s after the first request
             conn.send_tolerating_reset(ask[16:])
-            label = ("the 4th request 4 s after the 3rd on one keep-alive "
-                     "connection, in two pieces 1 s apart (each wait "
-                     "between requests is its own, and each request's "
-                     "clock: not the connection's)")
+            label = ("the 3rd request 4 s after the 2nd on one keep-alive "
+                     "connection, in two pieces 3 s apart, 11 s after the "
+                     "1st (each wait between requests is its own, and each "
+                     "request's clock: not the connection's)")
         elif kind == "pipelined":  # a second request begun with the first
             conn.send(ask[:16])  # the first takes 4 s
             time.sleep(4.0)
@@ -911,6 +1071,17 @@ UPTIME = r"""
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
+static long long ahead(void) /* nanoseconds, from $UPTIME_AHEAD_NS */
+{
+    static long long ns = -1;
+    long long got = __atomic_load_n(&ns, __ATOMIC_RELAXED);
+    if (got < 0) {
+        const char *set = getenv("UPTIME_AHEAD_NS");
+        got = set ? strtoll(set, NULL, 10) : 0;
+        __atomic_store_n(&ns, got, __ATOMIC_RELAXED);
+    }
+    return got;
+}
 static long stepped(void)
 {
     static long steps;
@@ -928,7 +1099,15 @@ int clock_gettime(clockid_t id, struct timespec *ts)
     int r = real(id, ts);
     if (r == 0 && (id == CLOCK_MONOTONIC || id == CLOCK_MONOTONIC_COARSE ||
                    id == CLOCK_MONOTONIC_RAW || id == CLOCK_BOOTTIME))
-        ts->tv_sec += AHEAD;
+    {
+        long long ns = ahead();
+        ts->tv_sec += (time_t)(ns / 1000000000);
+        ts->tv_nsec += (long)(ns % 1000000000);
+        if (ts->tv_nsec >= 1000000000) {
+            ts->tv_sec++;
+            ts->tv_nsec -= 1000000000;
+        }
+    }
     if (r == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE))
         ts->tv_sec += stepped();
     return r;
@@ -964,38 +1143,60 @@ def status_or_cut(conn):
 
 
 @grader.check(5, f"on a host up {UPTIME_DAYS} days (CLOCK_MONOTONIC's "
-              "milliseconds past 2^32), a request in two pieces 1 s apart "
+              "milliseconds past 2^32, a float of its seconds in steps of "
+              f"{FLOAT_STEP} s), a request in three pieces over 3.3 s "
               "is served; and one in three pieces while the wall clock "
               "steps 1 h ahead, then at each read, and the next 0.5 s "
               "later")
 def long_uptime(lab):
-    shim = build_shim(lab, "uptime", UPTIME, f"-DAHEAD={UPTIME_DAYS * 86400}L",
-                      f"-DSTEP={WALL_STEP}L", "-ldl")
+    shim = build_shim(lab, "uptime", UPTIME, f"-DSTEP={WALL_STEP}L", "-ldl")
     step = lab.workdir / "wall-clock-stepped"
+    # CLOCK_MONOTONIC about UPTIME_S ahead, chosen so that its seconds
+    # are 2.0 past a multiple of FLOAT_STEP 0.3 s from now (the server is
+    # up by then, or by 3.2 past: else one step later).
+    soon = time.monotonic() + 0.3
+    ahead = UPTIME_S + (2.0 - (soon + UPTIME_S)) % FLOAT_STEP
     server = lab.start(env={"ZEROHTTPD_THREADS": str(THREADS),
                             "LD_PRELOAD": str(shim),
+                            "UPTIME_AHEAD_NS": str(int(ahead * 1e9)),
                             "WALL_STEPPED": str(step)})
     get(server.port, "/")
+
+    def phase():  # the server's CLOCK_MONOTONIC seconds, modulo FLOAT_STEP
+        return (time.monotonic() + ahead) % FLOAT_STEP
+
     ask = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+    while not 2.0 <= phase() < 3.2:  # a float of it rounds down, to 8k
+        time.sleep(max(0.01, (2.0 - phase()) % FLOAT_STEP))
     with Connection(server.port, timeout=seconds(10)) as conn:
         conn.send(ask[:16])
-        time.sleep(1.0)
-        conn.send_tolerating_reset(ask[16:])
+        time.sleep((5.1 - phase()) % FLOAT_STEP)  # it rounds up, to 8k + 8
+        conn.send_tolerating_reset(ask[16:28])
+        time.sleep(0.2)
+        conn.send_tolerating_reset(ask[28:])
         status = status_or_cut(conn)
     lab.expect(status == 200,
-               f"with CLOCK_MONOTONIC {UPTIME_DAYS} days ahead, a request "
-               f"sent in two pieces 1 s apart was {status}: its deadline "
-               "wrapped into the past? Milliseconds since boot pass 2^31 "
-               "after 24.8 days: keep them in int64_t, never int; watch "
-               "it: unshare -rT --monotonic 4320000 ./prethreaded 8000, "
-               "then the handout's second block")
+               f"with CLOCK_MONOTONIC {ahead:,} s ahead ({UPTIME_DAYS} days "
+               f"up), a request sent in three pieces, the second 1.9 to "
+               f"3.1 s after the first, the third 0.2 s later, was "
+               f"{status}: its deadline wrapped into the past, or rounded? "
+               "Milliseconds since boot pass 2^31 after 24.8 days: keep "
+               "them in int64_t, never int; and a float of the seconds "
+               f"(24 bits) steps {FLOAT_STEP} s at a time after 777 days "
+               f"(the first piece came at {FLOAT_STEP}k + 2.0 to 3.2 s, read as "
+               f"{FLOAT_STEP}k; the second at {FLOAT_STEP}k + 5.1 s, read as "
+               f"{FLOAT_STEP}k + {FLOAT_STEP}: now + 10 s as a float is "
+               f"{FLOAT_STEP}k + {FLOAT_STEP}, already passed): keep "
+               "now_ms()'s int64_t milliseconds (a double would do); "
+               f"watch it: unshare -rT --monotonic {UPTIME_S} ./prethreaded "
+               "8000, then the handout's second block")
     with Connection(server.port, timeout=seconds(10)) as conn:
         conn.send(ask[:16])
-        time.sleep(0.5)
+        time.sleep(0.25)
         step.touch()  # the wall clock is an hour ahead from now on
-        time.sleep(0.5)
+        time.sleep(0.25)
         conn.send_tolerating_reset(ask[16:28])
-        time.sleep(1.0)
+        time.sleep(0.5)
         conn.send_tolerating_reset(ask[28:])
         status = status_or_cut(conn)
         idle = None
@@ -1004,7 +1205,7 @@ def long_uptime(lab):
             conn.send_tolerating_reset(ask)
             idle = status_or_cut(conn)
     lab.expect(status == 200,
-               f"a request sent in three pieces 1 s apart, the wall clock "
+               f"a request sent in three pieces 0.5 s apart, the wall clock "
                f"(CLOCK_REALTIME) stepped {WALL_STEP // 3600} h ahead after "
                f"the first (CLOCK_MONOTONIC unmoved), was {status}: a "
                "deadline kept on the wall clock (CLOCK_REALTIME, "
