@@ -10,6 +10,7 @@ kernel thread submitting for the server, both queues its sizes, its setup
 flags), and a full ring's submission that the kernel refuses must not be
 retried forever."""
 
+import errno
 import os
 import re
 import select
@@ -24,7 +25,8 @@ from grading import (Grader, Unmet, _strace, ab_ok, ab_said,  # labs/grading.py
                      asking_clients, code_only, cpu_seconds,
                      death, descriptors, function_body, get, keepalive_load,
                      kept_clients,
-                     raise_open_file_limit, seconds, source_text, stopped,
+                     raise_open_file_limit, seconds, source_text, stop_now,
+                     stopped,
                      strace_calls, strace_count, wait_for)
 
 REQUESTS = 4000  # keep-alive requests for /, 50 at a time
@@ -58,15 +60,24 @@ SETUP_FLAGS = 0x3008  # the reference's: CQSIZE | SINGLE_ISSUER | DEFER_TASKRUN
 PLAIN_FLAGS = 0x8  # CQSIZE alone: the reference's ring where 0x3008 is refused
 CROWD = 5000  # idle clients timed out in one loop turn: more than RING
 REFUSED_CROWD = 5000  # clients at a stop whose full ring's submit fails
+REFUSED_ERRNO = errno.EAGAIN  # what the shim below refuses with
+# die()'s message must name an error: the one the kernel gave (the
+# reference's) or EBUSY (the starter's own line), not "Success"
+REFUSED_SAY = (os.strerror(REFUSED_ERRNO), os.strerror(errno.EBUSY))
 REFUSED_LIMIT = 5  # seconds after SIGTERM for that server to end (the
 # reference: at once, its die(); a drain of the cancelled: 1 s)
+REFUSED_SPIN = 0.5  # CPU-s the server may spend after SIGTERM still running
+# (the reference: about 0.01 s to its die()); more is a retry loop, told
+# at once rather than after REFUSED_LIMIT s of spinning
 # A shim (LD_PRELOAD): from the start, every io_uring_enter() that only
-# submits (min_complete 0) fails with EBUSY, as a kernel answers whose
-# completion queue overflowed into a backlog it cannot flush: completions
-# must be reaped first, which only the loop does. The loop's own enter
-# (min_complete 1) is untouched, so the server serves as before until a
-# full ring must be handed over in the middle of a turn. A seccomp filter:
-# liburing's calls are caught too.
+# submits (min_complete 0) fails with EAGAIN, as a kernel answers that ran
+# out of resources for the request ("wait for some completions and try
+# again", io_uring_enter(2)): completions must be reaped first, which only
+# the loop does. EAGAIN, not only EBUSY (a completion queue overflowed
+# into a backlog it cannot flush): a retry on "try again" spins as well.
+# The loop's own enter (min_complete 1) is untouched, so the server serves
+# as before until a full ring must be handed over in the middle of a turn.
+# A seccomp filter: liburing's calls are caught too.
 SUBMIT_FAILS = r"""
 #define _GNU_SOURCE
 #include <errno.h>
@@ -84,7 +95,7 @@ __attribute__((constructor)) static void submit_fails(void)
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
                  offsetof(struct seccomp_data, args[2])),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EBUSY),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAGAIN),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     struct sock_fprog prog = {sizeof f / sizeof f[0], f};
@@ -882,7 +893,7 @@ def tagged_slots(lab):
     return "every slot returned is tagged"
 
 
-@grader.check(5, "a full ring's submission that the kernel refuses (EBUSY) "
+@grader.check(5, "a full ring's submission that the kernel refuses (EAGAIN) "
               f"at a stop with {REFUSED_CROWD} clients connected: the server "
               f"ends within {REFUSED_LIMIT} s by die() (status 1, its "
               "message), not a retry forever, a crash or a dropped entry")
@@ -899,20 +910,26 @@ def refused_submit(lab):
             by_die(lab, server, server.proc.returncode, "before the stop")
             return f"ended before the stop: {dead}"
         first = sum(bool(r) and r.startswith(b"HTTP/1.1 200") for r in got)
-        spent = cpu_seconds(server.pid)
         lab.expect(first == REFUSED_CROWD, f"{first} of {REFUSED_CROWD} "
                    "keep-alive clients answered their first request within "
                    "30 s, every io_uring_enter() that only submits failing "
-                   "with EBUSY (the loop's own enter working)")
+                   "with EAGAIN (the loop's own enter working)")
+        # Stopped (SIGSTOP) while counted and told to stop, so that no
+        # idle timer fires in between on a busy machine: the turn it
+        # resumes in reads the stop and closes whoever is still connected.
+        stop_now(server.pid)
         held = len(descriptors(server.pid)) - before
         if held <= RING:  # idle timers fired: the stop would not fill it
+            os.kill(server.pid, signal.SIGCONT)
             raise RuntimeError(f"only {held} of the {REFUSED_CROWD} clients "
                                "still connected at the stop (the machine is "
                                "too slow for this check)")
+        spent = cpu_seconds(server.pid)
         started = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
+        os.kill(server.pid, signal.SIGCONT)
         try:
-            code = server.proc.wait(timeout=seconds(REFUSED_LIMIT))
+            code = ended(server, spent, started)
             server.result = code  # stopped by the check
         except subprocess.TimeoutExpired:
             spin = cpu_seconds(server.pid) - spent
@@ -924,14 +941,18 @@ def refused_submit(lab):
                 "whose receives the stop cancels (more than the ring's "
                 f"{RING} entries: a full ring handed over in the middle of "
                 "the turn), every io_uring_enter() that only submits failing "
-                "with EBUSY (as a kernel answers whose completions wait to "
-                "be reaped, which only the loop does): the server still "
-                f"runs {later:.0f} s later, "
-                f"{spin:.1f} s of CPU since the stop: new_sqe() retries a "
+                "with EAGAIN (as a kernel answers that ran out of resources "
+                "for the request: wait for some completions and try again, "
+                "and only the loop reaps): the server still "
+                f"runs {later:.1f} s later, "
+                f"{spin:.1f} s of CPU since the stop (the reference: about "
+                f"0.01 s to its exit; at most {REFUSED_SPIN} s, or "
+                f"{REFUSED_LIMIT} s in all): new_sqe() retries a "
                 "submission the kernel refuses, forever, and never returns "
                 "to the loop that reads the stop; check what "
                 "io_uring_submit() returns (a full ring that cannot be "
-                "handed over is the broken ring the starter's die() is "
+                "handed over, whatever the errno, EAGAIN's \"try again\" "
+                "too, is the broken ring the starter's die() is "
                 "for); watch it: gcc -shared -fPIC -o submit_fails.so "
                 "submit_fails.c (from labs/batching/grade.py), "
                 "LD_PRELOAD=./submit_fails.so ./io_uring 8000, "
@@ -947,17 +968,37 @@ def refused_submit(lab):
             c.close()
 
 
+def ended(server, spent, started):
+    """The exit status of the server told to stop (SIGTERM) at `started`
+    (monotonic) with `spent` CPU-s used by then, once it exits; Timeout-
+    Expired if it still runs REFUSED_LIMIT s later, or sooner once it has
+    used REFUSED_SPIN CPU-s since (a loop retrying what the kernel refuses:
+    no need to watch it spin for seconds more)."""
+    limit = started + seconds(REFUSED_LIMIT)
+    while True:
+        try:
+            return server.proc.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            try:
+                spin = cpu_seconds(server.pid) - spent
+            except (OSError, ValueError, IndexError):  # exiting
+                continue
+            if spin > REFUSED_SPIN or time.monotonic() > limit:
+                raise
+
+
 def by_die(lab, server, code, when):
     """Unmet unless the server under the refusing shim ended as die() ends
-    it: exit status 1 (not a signal, not 0) and a line on stderr. Its
-    stderr's lines."""
+    it: exit status 1 (not a signal, not 0) and a line on stderr that
+    names an error (REFUSED_SAY: the kernel's, or the starter's EBUSY, not
+    "Success"). Its stderr's lines."""
     said = server.stderr().strip().splitlines()
     how = (f"died of {signal.Signals(-code).name}" if code < 0 else
            f"exited with status {code}")
     lab.expect(code == 1 and said, f"the server {how} {when}"
                + (f" ({said[-1][:80]!r})" if said else ", saying nothing")
                + f", with {REFUSED_CROWD} clients connected and every "
-               "io_uring_enter() that only submits failing with EBUSY: a "
+               "io_uring_enter() that only submits failing with EAGAIN: a "
                "full ring the kernel refuses is a broken ring, and the "
                "starter's die() is the answer there (exit status 1 and its "
                "message): "
@@ -971,6 +1012,19 @@ def by_die(lab, server, code, when):
                "submit_fails.c (from labs/batching/grade.py), "
                "LD_PRELOAD=./submit_fails.so ./io_uring 8000, "
                f"{REFUSED_CROWD} kept clients, kill -TERM, echo $?")
+    last = said[-1].rstrip()
+    lab.expect(last.endswith(REFUSED_SAY), f"the server ended by die() "
+               f"{when} (status 1), but its message {last[:80]!r} does not "
+               f"name the error: the kernel refused the submission with "
+               f"EAGAIN ({REFUSED_SAY[0]!r}), and die() prints "
+               "strerror(errno); io_uring_submit() returns -errno and sets "
+               "no errno, so errno is whatever it was before (0: "
+               "\"Success\", a refusal reported as success); set errno from "
+               "what io_uring_submit() returned (or EBUSY, as the starter "
+               "did) before die(); watch it: gcc -shared -fPIC -o "
+               "submit_fails.so submit_fails.c (from labs/batching/"
+               "grade.py), LD_PRELOAD=./submit_fails.so ./io_uring 8000, "
+               f"{REFUSED_CROWD} kept clients, kill -TERM")
     return said
 
 
