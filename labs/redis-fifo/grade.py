@@ -24,7 +24,8 @@ from grading import (HEAP_BLOCKS, Grader, _strace, ab_said, death_telling,  # la
                      build_shim,
                      asking_clients, get, heap_blocks,
                      keepalive_load, wait_for,
-                     raise_open_file_limit, seconds, status_field, stopped,
+                     proc_stat, raise_open_file_limit, seconds,
+                     status_field, stopped,
                      strace_count)
 
 STATIC_LIMIT = 0.3  # seconds for a static page while Redis is stalled
@@ -57,11 +58,16 @@ TOGETHER = 20  # pages arriving in one loop turn: one send to Redis for all
 CROSSINGS = 3  # times a page's reply, then a new page, come in one turn
 FIFO_SLOTS = 64  # FIFO_INITIAL: a FIFO that cannot grow holds this many
 AT_ONCE_PAGES = 200  # guestbook pages at once: more waiters than that
-PAUSE_PAGES = 1500  # pages waiting out a pause: more than MAX_EVENTS (1,024)
-BURST_PAGES = 3000  # then, Redis healthy, pages read in one loop turn (its
-# accept loop reads each new client at once): that many waiters, more than
-# twice MAX_EVENTS (a cap of 2 x MAX_EVENTS refuses some); under somaxconn
-# (4,096), so that all of them wait in the stopped server's accept queue
+CROWD = 6000  # pages waiting out a pause at once: more than MAX_EVENTS
+# (1,024) and its multiples, and than somaxconn (4,096: clients that each
+# sent half a request are the running server's, no backlog bounds them; the
+# rest comes while Redis is stalled): past any cap a FIFO might take
+HALF = b"GET /guestbook HTTP/1.0\r\n"  # and the rest: b"\r\n"
+LEAVE_AFTER = 0.3  # s a keep-alive client waits on a stalled Redis, then
+# resets its connection; a new page comes LATE_PAGE s after its page, and
+LATE_PAGE = 0.7  # must get its 503 by LEFT_LIMIT s after the first page
+LEFT_LIMIT = 1.35  # (the first one's 1 s clock: 1 s; restarted for the
+# newcomer because only departed clients wait: 1.7 s)
 MID_PAUSE = 5000  # ms of CLIENT PAUSE WRITE: reads answered, INCR not
 GONE_POSTS = 2000  # big posts while Redis is gone, each answered 503
 RECONNECTS = 20  # links Redis drops (CLIENT KILL), each with a big reply read
@@ -69,14 +75,17 @@ SHOWN = 100  # GUESTBOOK_SHOWN: remarks on the page (LRANGE's reply)
 POSTS = 1000  # big posts arriving in one loop turn: more than the 4 MiB
 RAW_CHAR = "\U0001F600"  # 4 bytes of UTF-8, sent raw in guestbook_works
 REMARK = "\u20ac" * 2000  # output buffer holds (6 KB of command each)
-FITS = 250  # of them answered 303 at least: about 680 fit in 4 MiB
+FITS = 600  # of them answered 303 at least: about 680 fit in 4 MiB (a
+# cap of its own below the buffer's, say at 2 or 3.5 MiB, refuses more)
 LEAK_PAGES = 20000  # keep-alive guestbook pages: nothing kept per page
 GHOSTS = [f"ghost{k}" for k in range(8)]  # posts answered 503 in a backoff
 FAILED_CONNECTS = 12  # links dropped, the next socket() failing each time
 FAILING_PAGES = 40  # pages, one every GONE_EVERY s, while socket() fails
 SOCKET_TRIES = 4  # socket() calls for them within TRIES_WITHIN s of the
-TRIES_WITHIN = 3.0  # first: backoffs of 100, 200, 400 ms (0.7 s) that
-# double; a failure counted twice (400, 1600, 2000 ms) makes the fourth 4 s
+TRIES_WITHIN = 1.25  # first: backoffs of 100, 200, 400 ms (0.7 s, and the
+# pages' 50 ms spacing) that double; a retry_at set again after the failure
+# (200, 400, 800 ms) makes the fourth 1.4 s at the earliest, a failure
+# counted twice (400, 1600, 2000 ms) 4 s
 SOON = 0.6  # s for each of them but the first 3 (AT_ONCE) to get its 503,
 # on a busy machine, with strace attached: a page parked with no link waits
 # for the next connect or the 1 s clock (by the fourth, 0.8 s at least)
@@ -215,6 +224,22 @@ def stalled_pages_fail_fast(lab):
     server = lab.start()
     link_ready(lab, server)
     lab.stall_redis()
+    left = left_waiter_then_page(server.port)
+    lab.expect(left is not None and left <= seconds(LEFT_LIMIT),
+               "a keep-alive client's page waited on a stalled Redis and the "
+               f"client left after {LEAVE_AFTER} s (a reset); a new page "
+               f"{LATE_PAGE} s after the first was " +
+               (f"answered 503 {left:.2f} s after the first page"
+                if left is not None else "never answered 503 (within "
+                f"{REPLY_LIMIT + 1:.0f} s of its request)") +
+               f" (at most {LEFT_LIMIT} s after the first page: its 1 s "
+               "clock; with no clock running at all, never): the reply "
+               "clock (rd->deadline) must start with the first waiter and "
+               "not restart for later ones, not even when every waiter has "
+               "left: a departed client's slot still waits for its reply "
+               "(the FIFO is empty only when head == tail), so a "
+               "stream of impatient clients would keep a hung link alive "
+               "for ever; " + STALL_HOW + ", and a curl -m 0.3 before it")
     answers = answer_times(server.port, STREAM, STREAM_EVERY,
                            limit=REPLY_LIMIT + 1)
     unanswered = [k for k, (_, took) in enumerate(answers) if took is None]
@@ -231,7 +256,41 @@ def stalled_pages_fail_fast(lab):
                "must start with the first waiter and not restart for later "
                "ones; " + STALL_HOW + " while more curls arrive")
     slowest = max(took for _, took in answers)
-    return f"slowest 503 after {slowest:.2f} s"
+    return (f"a client gone: 503 {left:.2f} s after its page; slowest 503 "
+            f"after {slowest:.2f} s")
+
+
+def left_waiter_then_page(port):
+    """On a stalled Redis: a keep-alive client asks for a file, then for a
+    page, and leaves (a reset) LEAVE_AFTER s later; a new page comes
+    LATE_PAGE s after the first: the seconds from the first page to that
+    one's answer (a 503), None if none came."""
+    with socket.create_connection(("127.0.0.1", port),
+                                  timeout=seconds(5)) as gone:
+        gone.sendall(b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""  # its answer read: the server watches it again
+        while b"\r\n\r\n" not in data:
+            chunk = gone.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = re.search(rb"(?i)content-length: *(\d+)", head)
+        while length and len(body) < int(length[1]):
+            chunk = gone.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        gone.sendall(b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = time.monotonic()
+        time.sleep(LEAVE_AFTER)
+        gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                        b"\x01\x00\x00\x00\x00\x00\x00\x00")  # a reset
+    time.sleep(max(0.0, first + LATE_PAGE - time.monotonic()))
+    status, took = answer_times(port, 1, 0, limit=REPLY_LIMIT + 1)[0]
+    if took is None or status != 503:
+        return None
+    return time.monotonic() - first
 
 
 @grader.check(5, "Redis stalls between a page's commands (its LRANGE "
@@ -262,54 +321,45 @@ def stalled_mid_page(lab):
 
 
 @grader.check(5, f"Redis pauses {PAUSE} s (under its 1 s timeout) with "
-              f"{PAUSE_PAGES} pages waiting: every one still served; then "
-              f"{BURST_PAGES} waiting at once: none refused")
+              f"{CROWD} pages waiting at once: every one still served, none "
+              "refused")
 def pause_sat_out(lab):
     raise_open_file_limit()
     server = lab.start()
     link_ready(lab, server)
-    lab.stall_redis()
-    with stopped(server.pid):  # all of them in its next turns, at once
-        waiting = send_page_requests(server.port, PAUSE_PAGES)
-    time.sleep(PAUSE)  # not stretched: the server's clock does not stretch
-    resume_redis(lab)
-    statuses = []
-    for s in waiting:
-        try:
-            statuses.append(status_of(s))
-        except OSError:
-            statuses.append(0)
-    lab.expect(statuses == [200] * PAUSE_PAGES,
-               f"{statuses.count(200)} of {PAUSE_PAGES} pages 200 (others "
-               f"{sorted(set(statuses) - {200})}) after a {PAUSE} s pause of "
-               "Redis, which has REDIS_TIMEOUT_MS (1 s) to answer: the reply "
-               f"clock is too short, or the FIFO did not grow past its first "
-               f"{FIFO_SLOTS} waiters, or it refuses waiters past a cap of its "
-               "own (the FIFO has none: any number of clients, twice "
-               "MAX_EVENTS and more, can wait on a busy server; only a "
-               "malloc() that fails refuses one); watch it: redis-cli "
-               f"CLIENT PAUSE 250 while ab -n {PAUSE_PAGES} -c {PAUSE_PAGES} "
-               "http://127.0.0.1:8000/guestbook")
-    # More waiters than twice MAX_EVENTS, Redis healthy: the server's
-    # accept loop takes every one of them in one loop turn, so they are all
-    # in the FIFO together before the first reply can be read.
+    # More waiters than any cap (MAX_EVENTS and its multiples; somaxconn):
+    # clients that sent half a request are the server's already, whatever
+    # the backlog; the rest of each comes while Redis is stalled and the
+    # server stopped (they all arrive at once), and Redis resumes PAUSE s
+    # after the server has read them all: all are in the FIFO together,
+    # the first waiting PAUSE s and more on its 1 s reply clock.
     for attempt in (1, 2):  # a busy machine can make a reply miss its 1 s
+        crowd = asking_clients(server.port, CROWD, HALF)
+        lab.stall_redis()
         with stopped(server.pid):
-            waiting = send_page_requests(server.port, BURST_PAGES)
-        statuses = [status_of_or_0(s) for s in waiting]
-        if statuses == [200] * BURST_PAGES:
+            for s in crowd:
+                s.sendall(b"\r\n")
+        wait_for(lambda: proc_stat(server.pid), lambda st: st is None or
+                 st[0] == "S", limit=3)  # it has read them all: it sleeps
+        time.sleep(PAUSE)  # not stretched: the server's clock does not
+        resume_redis(lab)
+        statuses = [status_of_or_0(s) for s in crowd]
+        if statuses == [200] * CROWD:
             return "all 200" + ("" if attempt == 1 else " on a second try")
         wait_for(lambda: get(server.port, "/guestbook")[0],
                  lambda st: st == 200, limit=BACK)  # the link back, if lost
-    lab.expect(False, f"{statuses.count(200)} of {BURST_PAGES} pages 200 "
-               f"(others: {sorted(set(statuses) - {200})}), on the second of "
-               "two tries, when they came in one loop turn with Redis "
-               f"healthy ({BURST_PAGES} waiters at once, more than twice "
-               "MAX_EVENTS): the FIFO refuses waiters past a cap of its own "
-               "(it has none: any number of clients can wait on a busy "
-               "server; only a malloc() that fails refuses one); watch it: "
-               f"ab -n {BURST_PAGES} -c {BURST_PAGES} "
-               "http://127.0.0.1:8000/guestbook")
+    lab.expect(False, f"{statuses.count(200)} of {CROWD} pages 200 (others: "
+               f"{sorted(set(statuses) - {200})}), on the second of two "
+               f"tries, all {CROWD} waiting at once on a Redis paused for "
+               f"{PAUSE} s, which has REDIS_TIMEOUT_MS (1 s) to answer (each "
+               "client had sent half its request before, so no backlog "
+               "bounds them): the reply clock is too short, or the FIFO did "
+               f"not grow past its first {FIFO_SLOTS} waiters, or it "
+               "refuses waiters past a cap of its own (it has none: any "
+               "number of clients, MAX_EVENTS and many times more, can wait "
+               "on a busy server; only a malloc() that fails refuses one); "
+               f"watch it: redis-cli CLIENT PAUSE 250 while ab -n {CROWD} "
+               f"-c {CROWD} http://127.0.0.1:8000/guestbook")
 
 
 @grader.check(10, f"Redis gone: {GONE_PAGES} pages answered 503 at once, "
@@ -838,8 +888,10 @@ def overflow_once(lab, server):
     return (f"{len(told)} posts answered 303 and {statuses.count(503)} 503 "
             f"(others: {sorted(set(statuses) - {303, 503})}), {len(saved)} "
             f"saved; {lost} answered 303 were not saved, {hidden} saved "
-            "were not answered 303: the commands that fit (about 680) must "
-            "stay queued for their own clients, and one that did not fit "
+            f"were not answered 303 (at least {FITS} must be 303): the "
+            "commands that fit (about 680) must stay queued for their own "
+            "clients (the 4 MiB buffer is the only bound: no cap of its "
+            "own below it refuses posts that fit), and one that did not fit "
             "must be cut back out whole, nothing else with it (rd->out "
             "back to where it was before this command, not emptied, and the "
             "link kept)")
@@ -1052,14 +1104,16 @@ def connect_fails_at_once(lab):
     tries = [float(t) for t in re.findall(r"(\d+\.\d+) socket\(", trace)]
     early = [t - tries[0] for t in tries if t - tries[0] <= TRIES_WITHIN]
     lab.expect(len(early) >= SOCKET_TRIES, f"{len(early)} socket() calls "
-               f"within {TRIES_WITHIN:.0f} s of the first (at " + ", ".join(
+               f"within {TRIES_WITHIN} s of the first (at " + ", ".join(
                    f"{t:.2f}" for t in early) + f" s; {len(tries)} in all) "
                f"while a page came every {GONE_EVERY} s and every socket() "
                f"failed (EMFILE): at least {SOCKET_TRIES}, after backoffs "
                "of 100, 200 and 400 ms; the backoff doubles once per "
                "failure, and redis_connect() has already counted this one "
-               "(its redis_fail() doubles it): doubling it again in "
-               "redis_queue() makes it grow 4x; watch it: strace -r -e "
+               "(its redis_fail() set rd->retry_at and doubled the "
+               "backoff): doubling it again in redis_queue() makes it grow "
+               "4x, setting rd->retry_at again from the doubled backoff "
+               "makes each wait the next one's; watch it: strace -r -e "
                "trace=socket -e inject=socket:error=EMFILE -p $(pgrep -x "
                "epoll) while curl asks for /guestbook every 0.05 s")
     lab.expect(posts == [503] * len(GHOSTS), f"{len(GHOSTS)} posts in one "
