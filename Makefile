@@ -56,11 +56,12 @@ deps:
 # differs is graded again alone; up to LAB_MOST while the CPUs idle); the
 # labs start first, as soon as the servers are built; the tests marked
 # serial run alone after. From a fresh clone on 2026-11-29 (2 cores), at
-# 451939e: 948 s in all, the parallel tests 413 s beside the labs' 857 s
-# (667 wrong and 108 right answers; their gradings 1,062 CPU-s, 327 of them
-# builds: labs/work/check-times.tsv), serial 82 s, the CPUs 80% busy
-# (794 s user + 728 s sys): CPU-bound, with a fifth of the CPUs idle while
-# the labs grade alone (more lanes start now at 20% idle, not 35%).
+# 336efe4: 807 s in all, the parallel tests 355 s beside the labs' 717 s
+# (697 wrong and 117 right answers, 26 right ones the same program as
+# another and graded once; their gradings 879 CPU-s, 306 of them builds:
+# labs/work/check-times.tsv), serial 83 s, the CPUs 80% busy (700 s user +
+# 592 s sys): CPU-bound, the serial phase mostly idle (tools/trace's runs
+# want the machine to themselves). Two more runs: 857 and 861 s.
 TEST_JOBS ?= 8
 LAB_JOBS  ?= 8
 LAB_MOST  ?= 16
