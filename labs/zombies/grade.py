@@ -317,6 +317,16 @@ def launcher_spared(lab, before):
                "sleep 1; echo launcher survived'")
 
 
+def asked(server, path):
+    """GET path: (status or None, what happened, for a message)."""
+    try:
+        status, _ = get(server.port, path)
+    except (socket.timeout, ConnectionError) as error:
+        return None, f"got no answer ({type(error).__name__})"
+    return status, (f"answered {status}" if status else
+                    "was closed unanswered")
+
+
 def served(lab, server, path="/", limit=5, beside=""):
     """GET path, which must answer 200 within limit s. A server that does
     not answer is told apart from one that spins (a reaper that loops
@@ -652,11 +662,7 @@ def fork_fails(lab):
               "/proc/PID/status before and after 10,000 clients with "
               "strace -e inject=clone:error=EAGAIN -p PID")
     for path in ("/", "/style.css"):  # fork() works again
-        try:
-            status, _ = get(server.port, path)
-            said = f"answered {status}" if status else "was closed unanswered"
-        except (socket.timeout, ConnectionError) as error:
-            status, said = None, f"got no answer ({type(error).__name__})"
+        status, said = asked(server, path)
         lab.expect(status == 200, f"GET {path} {said} once "
                    f"fork() worked again, after {failed} failed "
                    f"fork()s (EAGAIN) for {sent[0]} clients, with "
@@ -697,11 +703,7 @@ def enomem_survived(lab, server, steer):
         left = unclosed(socks, FAIL_CLOSE_S)
     finally:
         steer(0)
-    try:
-        status, _ = get(server.port, "/")
-        said = f"answered {status}" if status else "was closed unanswered"
-    except (socket.timeout, ConnectionError) as error:
-        status, said = None, f"got no answer ({type(error).__name__})"
+    status, said = asked(server, "/")
     code = server.proc.poll()
     lab.expect(status == 200 and not left, f"{ENOMEM_CLIENTS} clients for "
                "whom fork() failed with ENOMEM (not EAGAIN: memory short, "
@@ -899,11 +901,7 @@ def stopped_and_continued(lab, server):
             os.kill(kids[0], signal.SIGCONT)
     wait_for(lambda: len(children(server.pid)), lambda n: n == 0, limit=3)
     for path in ("/", "/style.css"):
-        try:
-            status, _ = get(server.port, path)
-            said = f"answered {status}" if status else "was closed unanswered"
-        except (socket.timeout, ConnectionError) as error:
-            status, said = None, f"got no answer ({type(error).__name__})"
+        status, said = asked(server, path)
         lab.expect(status == 200, f"GET {path} {said} after one child, "
                    "serving a keep-alive client, was stopped (SIGSTOP) and "
                    "continued (SIGCONT), as an operator may, then exited "
