@@ -83,7 +83,8 @@ test: deps
 	trap 'kill $$labs 2>/dev/null' INT TERM; \
 	$(MAKE) -j 2 asan && fuzz/run --check && \
 	{ $(PYTEST) -rs -n $(TEST_JOBS) --dist loadgroup -m "not serial" \
-	    $(PYTEST_ARGS); echo $$? > $(TEST_LOG).rc; } | tee $(TEST_LOG); \
+	    --durations=25 $(PYTEST_ARGS); echo $$? > $(TEST_LOG).rc; } \
+	    | tee $(TEST_LOG); \
 	tests=$$(cat $(TEST_LOG).rc 2>/dev/null || echo 1); \
 	echo "waiting for tools/lab check ($(LAB_LOG))"; \
 	wait $$labs; graded=$$?; cat $(LAB_LOG); \
@@ -93,7 +94,7 @@ test: deps
 	    $(PYTEST) -rs --lf --lfnf=none -m "not serial" $(PYTEST_ARGS); \
 	    tests=$$?; fi; \
 	test "$$tests" = 0 && test $$graded = 0
-	$(PYTEST) -rs -m serial $(PYTEST_ARGS)
+	$(PYTEST) -rs -m serial --durations=10 $(PYTEST_ARGS)
 
 # The edit loop: build, check-sync, and one server's own tests (SERVER=epoll
 # and its ASan build), none of the labs, handouts, traces or sweeps.
