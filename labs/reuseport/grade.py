@@ -25,6 +25,7 @@ from processes import free_port  # tests/processes.py
 
 LOOPS = 4  # more than two: a socket shared by every loop after the first
 BURST = 800  # new connections, one request each, 50 at a time
+LISTEN_BACKLOG = 16384  # open_listener()'s listen(), as main.c defines it
 ENV = {"ZEROHTTPD_LOOPS": str(LOOPS)}
 RUN = f"ZEROHTTPD_LOOPS={LOOPS} ./reuseport 8000 &"  # how to watch it by hand
 SOMAXCONN = 65535  # the kernel's cap on a queue, raised where the grader
@@ -373,6 +374,24 @@ def unlike(socks):
             if value != first.get(name)]
 
 
+def as_open_listener_makes_it():
+    """The setup() and options() of a listener the grader makes itself as
+    open_listener() makes the first (SOCK_CLOEXEC; SO_REUSEADDR and
+    TCP_NODELAY; bind() to INADDR_ANY; listen(LISTEN_BACKLOG)), then
+    loops_start()'s SO_REUSEPORT: what the first listener must still hold.
+    TCP_DEFER_ACCEPT, set later by each loop's loop_init(), is left out."""
+    with socket.socket(socket.AF_INET,
+                       socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind(("0.0.0.0", 0))
+        sock.listen(LISTEN_BACKLOG)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        held = options(sock)
+        held.pop("TCP_DEFER_ACCEPT", None)
+        return setup(sock), held
+
+
 def fd_flags(pid, port):
     """The open-file flags (/proc/PID/fdinfo) of each descriptor of pid
     that is a listening socket on the port."""
@@ -386,12 +405,29 @@ def fd_flags(pid, port):
     return flags
 
 
+def cpu_time(pid):
+    """CPU seconds (user and system) the process has used so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1]
+        user, system = fields.split()[11:13]
+    except (OSError, ValueError):
+        return 0.0
+    return (int(user) + int(system)) / os.sysconf("SC_CLK_TCK")
+
+
+SPINS = 0.15  # CPU seconds: a server that starts idle uses a few hundredths
+
+
 def started(lab):
     """The server, once every loop's listener is up (loops_start() opens
-    them after the first accepts), or 2 s."""
+    them after the first accepts), or it has exited, or it spins (a loop
+    that watches a socket that does not listen: epoll says EPOLLHUP for
+    ever), or 2 s: the listeners it has then are all it will have."""
     server = lab.start(env=ENV)
-    wait_for(lambda: len(listening_inodes(server.port)),
-             lambda n: n >= LOOPS, limit=2)
+    wait_for(lambda: (len(listening_inodes(server.port)),
+                      cpu_time(server.pid), server.proc.poll()),
+             lambda seen: seen[0] >= LOOPS or seen[1] >= SPINS or
+             seen[2] is not None, limit=2)
     return server
 
 
@@ -414,7 +450,8 @@ def own_listeners(lab):
 
 @check(15, "every listener is set up as the first: TCP_NODELAY for its "
        "clients, an accept queue as long, closed on exec, every other "
-       "option getsockopt() reads (SO_INCOMING_CPU, SO_LINGER, ...) alike")
+       "option getsockopt() reads (SO_INCOMING_CPU, SO_LINGER, ...) alike; "
+       "and the first as open_listener() made it")
 def set_up_alike(lab):
     server = started(lab)
     socks = listeners(server.pid, server.port)
@@ -453,6 +490,24 @@ def set_up_alike(lab):
                    ": every loop's listener is made as open_listener() "
                    "makes the first, plus SO_REUSEPORT, nothing more (see "
                    f"who sets what: strace -f -e trace=setsockopt {RUN[:-2]})")
+        # Alike is not enough: the first one, loop 0's, stays as
+        # open_listener() made it (an option set on every listener, the
+        # first too, passes the comparison above, and every client of the
+        # server inherits it: SO_KEEPALIVE, TCP_USER_TIMEOUT, ...).
+        model_setup, model = as_open_listener_makes_it()
+        held = {**setup(socks[0]), **options(socks[0])}
+        held.pop("TCP_DEFER_ACCEPT", None)
+        changed = [(name, value, {**model_setup, **model}.get(name))
+                   for name, value in held.items()
+                   if value != {**model_setup, **model}.get(name)]
+        lab.expect(not changed, "the first listener is not as "
+                   "open_listener() made it: " +
+                   ", ".join(f"it has {name} {value}, open_listener()'s "
+                             f"{was}" for name, value, was in changed[:3]) +
+                   ": every client it accepts inherits that; leave "
+                   "open_listener() and the first listener as they are, "
+                   "and set the others up as it (see who sets what: "
+                   f"strace -f -e trace=setsockopt,listen {RUN[:-2]})")
     finally:
         for sock in socks:
             sock.close()
@@ -572,6 +627,7 @@ RUNS += [(call, name, NAMES[number], cost)
          if (call, NAMES[number]) not in {run[::2] for run in RUNS}]
 
 
+LIKELY_GROUPS = len({key.split()[0] for key in FAILED})  # the first groups
 # RUNS in order, each run of one call's consecutive errnos in one group:
 # one exec, one fork() per errno (FAIL_ERRNOS in NTH_FAILS).
 RUN_GROUPS = []
@@ -706,11 +762,23 @@ def extra_runs(lab, shim):
        "missing, borrowed or set up short; a getsockname(), getsockopt(), "
        "fcntl() or ioctl() failing leaves no loop without a listener of "
        "its own, closed on exec; each socket has SO_REUSEADDR before its "
-       "bind(), none has a buffer size set, and no listener is closed or "
-       "shut down while the loops start")
+       "bind(), none an option set after its listen() or a buffer size "
+       "set, and no listener is closed or shut down while the loops start")
 def setup_failures_fatal(lab):
     shim = build_shim(lab, "nth_fails", NTH_FAILS, "-ldl")
-    for call, name, cost, errors in RUN_GROUPS:
+    # Cheapest first, so that a wrong answer stops early: the likely errnos
+    # of each call (one run each), the added calls, the trace; then every
+    # other errno (760 runs, half of the check's CPU).
+    failing_groups(lab, shim, RUN_GROUPS[:LIKELY_GROUPS])
+    added_calls(lab, shim)
+    traced_start(lab)
+    failing_groups(lab, shim, RUN_GROUPS[LIKELY_GROUPS:])
+
+
+def failing_groups(lab, shim, groups):
+    """Each group's call failing from the 2nd on, with each of its errnos:
+    the server must exit non-zero."""
+    for call, name, cost, errors in groups:
         error, code, up = failing_runs(lab, shim, call, errors)
         lab.expect(code not in (None, 0), f"every {name} from the 2nd on "
                    f"failed ({error}), and the server "
@@ -723,6 +791,11 @@ def setup_failures_fatal(lab):
                     else f"{call}:error={error}:when=2+") + f" {RUN[:-2]}"
                    + (": the first listener's three pass" if "_" in call
                       else "") + ")")
+
+
+def added_calls(lab, shim):
+    """A call the set-up may add failing: no loop without a listener of its
+    own, closed on exec."""
     # A call the set-up may add (getsockname() to copy the first's address,
     # getsockopt() to copy an option, fcntl() or ioctl() for a flag) failing
     # from the 1st on, ENOBUFS: the server may exit non-zero, or run on
@@ -746,14 +819,22 @@ def setup_failures_fatal(lab):
                    "result and die(), or make the socket with SOCK_CLOEXEC "
                    "as open_listener() does (see it with strace -e inject="
                    f"{call}:error=ENOBUFS {RUN[:-2]}, no -f)")
+
+
+def traced_start(lab):
+    """The start-up traced: SO_REUSEADDR before bind(), no option after
+    listen(), no buffer size, no listener ended."""
     # Traced from exec on: the closes of the start-up, each socket named
-    # with its address (-yy), until every loop's listener is up.
+    # by its inode (-y), until every loop's listener is up. Not -yy (each
+    # socket by its address): strace asks sock_diag for each, and the
+    # kernel walks the host's every connection to answer (a third of a
+    # CPU-second a run beside a test suite's TIME_WAIT sockets).
     port = free_port()
     trace = lab.workdir / "start.strace"
     run = subprocess.Popen(
-        ["strace", "-f", "--seccomp-bpf", "-qq", "-yy", "-o", str(trace),
+        ["strace", "-f", "--seccomp-bpf", "-qq", "-y", "-o", str(trace),
          "-e",
-         "trace=close,shutdown,dup2,dup3,setsockopt,bind",
+         "trace=close,shutdown,dup2,dup3,setsockopt,bind,listen",
          str(lab.binary.path), str(port), "127.0.0.1", str(lab.redis.port)],
         cwd=lab.site, env={**os.environ, **ENV}, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
@@ -776,12 +857,16 @@ def setup_failures_fatal(lab):
         except subprocess.TimeoutExpired:
             run.kill()
             run.wait()
-    # Each socket by its inode (-yy names an unbound one TCP:[inode]):
+    # Each socket by its inode (socket:[inode]); on the port: bound to it.
+    lines = upto.splitlines()
+    on_port = {sock[1] for line in lines
+               if f"htons({port})" in line and
+               (sock := re.search(r"bind\(\d+<socket:\[(\d+)\]>", line))}
     # SO_REUSEADDR set on it before its bind() to the port, or the bind
     # was made without it (set after, it only matters at the next bind).
     reuse, early = set(), []
-    for line in upto.splitlines():
-        sock = re.search(r"(setsockopt|bind)\(\d+<TCP\w*:\[(\d+)\]>", line)
+    for line in lines:
+        sock = re.search(r"(setsockopt|bind)\(\d+<socket:\[(\d+)\]>", line)
         if sock and sock[1] == "setsockopt" and \
                 re.search(r"SO_REUSEADDR, \[[1-9]", line):
             reuse.add(sock[2])
@@ -795,13 +880,36 @@ def setup_failures_fatal(lab):
                "without it, and a restart fails while the last run's "
                "connections wait in TIME_WAIT; set it before bind() (see "
                f"strace -f -e trace=setsockopt,bind {RUN[:-2]})")
+    # An option set on a listener after its listen() comes too late for
+    # the clients the kernel queued on it meanwhile: each accepted socket
+    # is cloned from the listener at its handshake, with what it held then
+    # (TCP_NODELAY set after listen(): those clients keep Nagle's delay for
+    # life). Only loops_start()'s SO_REUSEPORT on the first (it must be
+    # bound alone) and each loop's TCP_DEFER_ACCEPT (loop_init) come after.
+    listening, late = set(), []
+    for line in lines:
+        sock = re.search(r"(listen|setsockopt)\(\d+<socket:\[(\d+)\]>"
+                         r"(?:, (\w+), (\w+))?", line)
+        if sock and sock[1] == "listen" and sock[2] in on_port:
+            listening.add(sock[2])
+        elif sock and sock[2] in listening and \
+                sock[4] not in ("SO_REUSEPORT", "TCP_DEFER_ACCEPT"):
+            late.append(line)
+    lab.expect(not late, f"{len(late)} setsockopt() on a listener after "
+               "its listen() (" + (late[0].split(" ", 1)[-1].strip()[:70]
+                                   if late else "") + "): a client that "
+               "connects in between is accepted as the listener was then "
+               "(an accepted socket is a copy of its listener, made at the "
+               "handshake), so it goes without the option for good; set "
+               "every option before bind() and listen(), as open_listener() "
+               f"does (see strace -f -e trace=setsockopt,listen {RUN[:-2]})")
     # A buffer size set on a socket locks it (SOCK_SNDBUF_LOCK,
     # SOCK_RCVBUF_LOCK): the listener reads back as the first, but every
     # socket it accepts inherits the lock and its buffers never autotune
     # (a send buffer stuck at 16 KiB, not grown to megabytes). The first
     # listener has none set; the reference sets none anywhere.
-    sized = [line for line in upto.splitlines()
-             if re.search(r"setsockopt\(\d+<TCP[^>]*>, SOL_SOCKET, "
+    sized = [line for line in lines
+             if re.search(r"setsockopt\(\d+<socket:[^>]*>, SOL_SOCKET, "
                           r"SO_(RCV|SND)BUF", line)]
     lab.expect(not sized, f"{len(sized)} setsockopt() of a buffer size on "
                "the listeners while the loops started (" +
@@ -815,10 +923,10 @@ def setup_failures_fatal(lab):
     # Ended: closed, shut down (shutdown() of a listener resets its queue
     # as close() does, and leaves the socket bound), or a dup2()/dup3()
     # over its descriptor.
-    on_port = rf"\d+<TCP\w*:\[[^\]]*:{port}\]>"
-    closed = [line for line in upto.splitlines()
-              if re.search(rf"(close|shutdown)\({on_port}", line) or
-              re.search(rf"dup[23]\(\d+(<[^>]*>)?, {on_port}", line)]
+    closed = [line for line in lines
+              if (sock := re.search(r"(?:(?:close|shutdown)\(|dup[23]\(\d+"
+                                    r"(?:<[^>]*>)?, )\d+<socket:\[(\d+)\]>",
+                                    line)) and sock[1] in on_port]
     lab.expect(not closed, f"a socket on the port was closed or shut down "
                f"while the loops started ({closed[0][-80:] if closed else ''}"
                "): a client the kernel had queued on it is reset (close(), "
