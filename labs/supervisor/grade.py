@@ -16,12 +16,14 @@ reaped while fork() fails, and a failed fork is not retried in a
 near-spin."""
 
 import contextlib
+import fcntl
 import mmap
 import os
 import signal
 import socket
 import struct
 import subprocess
+import tempfile
 import time
 
 from grading import (Grader, HeldClients, Unmet, _strace,  # labs/
@@ -37,6 +39,17 @@ WORKERS = 4
 # be up to 4096, MAX_WORKERS: every dead one must be reaped).
 CROWD = 2200
 DYING = 2100  # more than a fixed batch of 2048 too
+# many_die last: the biggest pool, MAX_WORKERS, all of it dead behind one
+# SIGCHLD while every fork() fails (an LD_PRELOAD shim: no refill, so no
+# 4096 more lives to fork and stop): every one must be reaped in that call
+# (a 0-terminated list of MAX_WORKERS, reaping capped at 4095 for its
+# terminator, left one zombie; 2100 of 2200 passed any cap from 2101 up).
+ALL_DIE = 4096
+# ...at most CROWDS_AT_ONCE such pools on the machine at once (a file lock
+# per slot in the temp dir, across gradings): make test grades 8 at once,
+# and 8 pools of 4096 are pid_max (32768) on the CI machine (2 of 4096
+# and 6 of CROWD, 2200, are 21,400).
+CROWDS_AT_ONCE = 2
 # many_die then makes this many starts fail in a row in one slot (each a
 # SIGCHLD, each a call with n = CROWD): a call that leaks its array of n
 # dead (4 * 2200 bytes) leaks 3.5 MB; the supervisor's data (VmData) may
@@ -77,13 +90,14 @@ WATCH = ("watch: ZEROHTTPD_WORKERS=4 ./preforked 8000 & kill -9 "
 STARTS_FAIL = 15  # replacements in a row that fail as they start (more
 # than a crash-loop guard that gives a slot up after 10 young deaths)
 START_DELAY = 0.15  # s each fork() of the supervisor returns late then
-STARTS_FAIL_RUN = 4000  # last, at full speed, this many in a row in one
+STARTS_FAIL_RUN = 5000  # last, at full speed, this many in a row in one
 # slot (more than a guard that gives a slot up after 20, 50, 100, 1000,
-# 2000 or 2048: "never" has no number, and a guard above the number the
-# check once drove, 1500, passed it; the reference takes about 1.5 s for
-# 4000; a guard that counts a death as young under 1 s may miss one at a
-# load of 60 (a failing start not run for a second), which ends its run:
-# 4000 leaves a run of 2000 in a row on one side of any one such miss)
+# 2000, 2048 or MAX_WORKERS, 4096: "never" has no number, and a guard
+# above the number the check once drove, 1500, then 4000, passed it; the
+# reference takes about 1.5 s for 4000; a guard that counts a death as
+# young under 1 s may miss one at a load of 60 (a failing start not run
+# for a second), which ends its run: 5000 leaves a run of 2500 in a row
+# on one side of any one such miss)
 STARTS_FAIL_STALL = 5  # s without one more failing start: the slot is
 # given up (the wait for the STARTS_FAIL_RUN ends there)
 # Meanwhile /proc/PID/wchan of the supervisor is looked at every 0.05 s:
@@ -132,6 +146,11 @@ FORKS_WHILE_FAILING = 50
 # early return of a call that reaped nobody: one a call, up to 40).
 STOP_CYCLES = 20
 STOP_LEAK_SLACK = 4
+# ...and its data (VmData) by STOP_DATA_SLACK_KB at most: a list mmap()ed
+# on each call (not the heap: the block count misses it) and not unmapped
+# on that early return is a page a call: 88 to 136 kB seen, 80 if the
+# stop and continue of each cycle came as one SIGCHLD (the reference: 0).
+STOP_DATA_SLACK_KB = 32
 # fork_fails: after the first three deaths, this many more workers die one
 # at a time while fork() fails, each its own call of replace_workers():
 # the heap blocks held may grow by FORK_FAIL_LEAK_SLACK at most over those
@@ -173,6 +192,39 @@ void *calloc(size_t k, size_t n)
 void *realloc(void *p, size_t n)
 {
     return failing() ? NULL : __libc_realloc(p, n);
+}
+"""
+# replaced last: in a pool of MALLOC_POOL, MALLOC_BURST workers die behind
+# one SIGCHLD while malloc() still fails: every one must be reaped and
+# replaced in that call (a fallback that handles one death, or a list kept
+# on the stack for 64 or 128 that stops reaping when it cannot grow, leaves
+# zombies and empty slots until another worker dies).
+MALLOC_POOL = 140
+MALLOC_BURST = 130
+# many_die last: the supervisor's fork() fails (EAGAIN) while a flag file
+# exists, in the supervisor alone.
+FORK_FAILS = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+static pid_t first;  /* the supervisor: the process that loaded us */
+static const char *flag;
+static pid_t (*real_fork)(void);
+__attribute__((constructor)) static void init(void)
+{
+    first = getpid();
+    flag = getenv("FORK_FAILS");
+    real_fork = (pid_t (*)(void))dlsym(RTLD_NEXT, "fork");
+}
+pid_t fork(void)
+{
+    if (flag && getpid() == first && access(flag, F_OK) == 0) {
+        errno = EAGAIN;
+        return -1;
+    }
+    return real_fork();
 }
 """
 # bursts then: the next fork() alone fails, and returns this many seconds
@@ -272,14 +324,31 @@ def pool(lab, workers=WORKERS, env=None, blocked=INHERITED):
     200 for a crowd: 2,200 forks at 8 gradings at once took over 3 s)."""
     server = lab.start(env={"ZEROHTTPD_WORKERS": str(workers), **(env or {})},
                        blocked=blocked)
-    started = wait_for(lambda: pool_now(server.pid, workers),
-                       lambda w: len(w) == workers, limit=max(3, workers / 200))
+    started = polled(lambda: pool_now(server.pid, workers),
+                     lambda w: len(w) == workers, max(3, workers / 200),
+                     workers)
     if len(started) != workers:
         started = live_children(server.pid)
     lab.expect(len(started) == workers, f"{len(started)} workers at start "
                f"(ZEROHTTPD_WORKERS={workers}); watch: ps -o pid,stat --ppid "
                "PID")
     return server, started
+
+
+def polled(measure, wanted, limit, workers):
+    """grading.wait_for() for a pool of `workers`: the first looks 0.05 s
+    apart, then, for a crowd, half as far again each time up to 0.5 s (a
+    look at 2,200 children costs a few ms of CPU: the 160 looks of a wait
+    of 8 s for a pool that never comes back were a fifth of a failing
+    grading's CPU)."""
+    deadline = time.monotonic() + seconds(limit)
+    value, pause = measure(), 0.05
+    while not wanted(value) and time.monotonic() < deadline:
+        time.sleep(pause)
+        if workers > 200:
+            pause = min(pause * 1.5, 0.5)
+        value = measure()
+    return value
 
 
 def children(pid):
@@ -345,6 +414,7 @@ def refilled(lab, server, victims, what, workers=WORKERS, limit=2):
     list looks whole.)"""
     deadline = time.monotonic() + seconds(limit)
     victims = set(victims)
+    pause = 0.05  # (growing for a crowd: see polled())
     while True:
         kids = children(server.pid)
         whole = len(kids) == workers and not set(kids) & victims
@@ -356,7 +426,9 @@ def refilled(lab, server, victims, what, workers=WORKERS, limit=2):
             if late or (len(alive) == workers and not set(alive) & victims
                         and not zombies):
                 break
-        time.sleep(0.05)
+        time.sleep(min(pause, max(0.01, deadline - time.monotonic())))
+        if workers > 200:
+            pause = min(pause * 1.5, 0.5)
     lab.expect(len(alive) == workers and not set(alive) & victims,
                f"{len(alive)} live workers of {workers} {limit:g} s after "
                f"{what}; "
@@ -436,14 +508,16 @@ def serves_beside_held(lab, server):
 
 
 @grader.check(5, "a worker killed with SIGKILL is replaced within 2 s; "
-              "also while the supervisor's malloc() fails")
+              "also while the supervisor's malloc() fails, one death or "
+              f"{MALLOC_BURST} behind one SIGCHLD")
 def replaced(lab):
     flag = lab.workdir / "malloc-fails"
     shim = build_shim(lab, "malloc_fails", MALLOC_FAILS)
-    server, workers = pool(lab, env={"LD_PRELOAD": str(shim),
-                                     "MALLOC_FAILS": str(flag)})
+    server, workers = pool(lab, MALLOC_POOL, env={"LD_PRELOAD": str(shim),
+                                                  "MALLOC_FAILS": str(flag)})
     kill(workers[:1])
-    workers = refilled(lab, server, workers[:1], "SIGKILL to one worker")
+    workers = refilled(lab, server, workers[:1], "SIGKILL to one worker",
+                       MALLOC_POOL)
     # Then the supervisor's malloc() fails (memory pressure: the moment
     # fork() fails with ENOMEM too), and one more worker is killed: a
     # failed malloc() (of a list of the dead) excuses nothing, the death
@@ -453,23 +527,40 @@ def replaced(lab):
     flag.touch()
     try:
         kill(workers[:1])
-        refilled(lab, server, workers[:1], "SIGKILL to one worker while "
-                 "the supervisor's malloc() failed (ENOMEM, an LD_PRELOAD "
-                 "shim: memory pressure, as when fork() fails with ENOMEM): "
-                 "a replace_workers() that gives up when malloc() of a list "
-                 "of the dead fails has taken the SIGCHLD, and nothing calls "
-                 "it again until another worker dies; without the list, "
-                 "empty each slot as waitpid() returns its PID, then refill "
-                 "(or use a static array of MAX_WORKERS); watch: an "
-                 "LD_PRELOAD malloc() that returns NULL in the supervisor "
-                 "while a file exists, kill -9 a worker, ps -o pid,stat "
-                 "--ppid PID")
+        workers = refilled(
+            lab, server, workers[:1], "SIGKILL to one worker while the "
+            "supervisor's malloc() failed (ENOMEM, an LD_PRELOAD shim: "
+            "memory pressure, as when fork() fails with ENOMEM): a "
+            "replace_workers() that gives up when malloc() of a list of the "
+            "dead fails has taken the SIGCHLD, and nothing calls it again "
+            "until another worker dies; without the list, empty each slot "
+            "as waitpid() returns its PID, then refill (or use a static "
+            "array of MAX_WORKERS); watch: an LD_PRELOAD malloc() that "
+            "returns NULL in the supervisor while a file exists, kill -9 a "
+            "worker, ps -o pid,stat --ppid PID", MALLOC_POOL)
+        # Then, malloc() still failing, MALLOC_BURST die behind one SIGCHLD:
+        # a call that cannot have its list must still reap every one.
+        victims = workers[:MALLOC_BURST]
+        die_behind_one_sigchld(server, victims)
+        refilled(lab, server, victims, f"{MALLOC_BURST} workers of "
+                 f"{MALLOC_POOL} died behind one SIGCHLD (the supervisor "
+                 "stopped meanwhile) while its malloc() failed (ENOMEM, an "
+                 "LD_PRELOAD shim): every dead one must be reaped and "
+                 "replaced in that call, the list of the dead or not (a "
+                 "fallback that handles one death, or a list on the stack "
+                 "for 64 that stops reaping when malloc() cannot grow it, "
+                 "leaves zombies and empty slots, and that SIGCHLD is "
+                 "taken); without the list, empty each slot as waitpid() "
+                 "returns its PID; watch: the malloc() shim above with "
+                 "ZEROHTTPD_WORKERS=140, kill -STOP PID, kill -9 of 130 "
+                 "workers, kill -CONT PID", MALLOC_POOL, 4)
     finally:
         flag.unlink()
 
 
 @grader.check(10, f"{WORKERS - 1} workers die at once (one SIGCHLD): all "
-              "replaced; also when the next fork() fails, all but its slot")
+              "replaced; also when the next fork() fails (EAGAIN, then "
+              "ENOMEM), all but its slot")
 def bursts(lab):
     server, workers = pool(lab)
     victims = workers[:WORKERS - 1]
@@ -548,6 +639,37 @@ def bursts(lab):
                     "strace -e inject=clone:error=EAGAIN:delay_exit=300000:"
                     "when=1 -p PID, kill -9 a worker, then top -p PID and "
                     "kill -TERM PID") from None
+    # Last, on a fresh server, the same burst while the next fork() alone
+    # fails with ENOMEM (memory or a cgroup's limit, for a moment): any
+    # error of fork() excuses its own slot only (a loop that stops at an
+    # ENOMEM, "memory is gone, more forks are pointless", leaves the
+    # others empty until some later death).
+    server, workers = pool(lab)
+    victims = workers[:WORKERS - 1]
+    seen = []
+
+    def burst_while_one_fork_fails_enomem():
+        die_behind_one_sigchld(server, victims)
+        seen.append(wait_for(
+            lambda: (live_children(server.pid), zombie_children(server.pid)),
+            lambda lz: len(lz[0]) >= WORKERS - 1 and not lz[1]
+            and not set(lz[0]) & set(victims), limit=2))
+
+    _strace(server.pid, ["clone"], burst_while_one_fork_fails_enomem, "-e",
+            "inject=clone:error=ENOMEM:when=1")
+    live, zombies = seen[0]
+    live = [p for p in live if p not in victims]
+    lab.expect(len(live) >= WORKERS - 1 and not zombies, f"{len(live)} live "
+               f"workers of {WORKERS} (and {len(zombies)} zombies) 2 s after "
+               f"{len(victims)} died behind one SIGCHLD while the next fork() "
+               "alone failed with ENOMEM (once: strace -e inject=clone:"
+               "error=ENOMEM:when=1): whatever its error (EAGAIN, ENOMEM), a "
+               "failed fork() excuses its own slot only; every other empty "
+               "slot is still tried in that call (ENOMEM may pass at once: a "
+               "loop that stops at it leaves the others empty until some "
+               "later death); watch: strace -e inject=clone:error=ENOMEM:"
+               "when=1 -p PID, kill -STOP PID, kill -9 three workers, kill "
+               "-CONT PID, ps -o pid,stat --ppid PID")
 
 
 @grader.check(5, f"a replacement that dies is replaced in turn, {ROUNDS} "
@@ -665,8 +787,81 @@ def alive(pid):
 @grader.check(10, f"{CROWD} workers, {DYING} of them die at once "
               f"(one SIGCHLD): all replaced within {CROWD_REFILL} s; "
               f"{LEAK_STARTS} deaths more, one at a time: its memory does "
-              "not grow")
+              f"not grow; {ALL_DIE} workers, all die at once: all reaped")
 def many_die(lab):
+    try:
+        crowd_dies(lab)
+        with crowd_slot():
+            all_die(lab)
+    finally:
+        # A crowd left running by a failure is stopped here, by SIGTERM
+        # (the supervisor stops and reaps its workers), not by the lab's
+        # cleanup, which first lists every worker's own children (2,200
+        # reads) and SIGKILLs each that is left, one by one.
+        for server in lab.servers:
+            if server.result is None and server.proc.poll() is None:
+                server.proc.send_signal(signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    server.result = server.proc.wait(timeout=seconds(5))
+
+
+def all_die(lab):
+    """Last, a fresh pool of ALL_DIE (MAX_WORKERS), all of it killed while
+    the supervisor is stopped, every fork() failing (FORK_FAILS): one
+    SIGCHLD for 4096 deaths, none of them left a zombie."""
+    flag = lab.workdir / "forks-fail"
+    shim = build_shim(lab, "fork_fails", FORK_FAILS, "-ldl")
+    server, workers = pool(lab, ALL_DIE, env={"LD_PRELOAD": str(shim),
+                                              "FORK_FAILS": str(flag)})
+    flag.touch()  # from now on every fork() of the supervisor fails
+    with halted(server.pid):  # the deaths pile up; signals do not queue
+        kill(workers)  # (SIGKILL: the other deaths are the crowd's above)
+        polled(lambda: all_dead(workers), bool, 15, ALL_DIE)
+    left = polled(lambda: children(server.pid), lambda kids: not kids,
+                  CROWD_REFILL, ALL_DIE)
+    lab.expect(not left, f"{len(left)} of {ALL_DIE} dead workers still "
+               f"unreaped (zombies) {CROWD_REFILL} s after all {ALL_DIE} "
+               f"(ZEROHTTPD_WORKERS={ALL_DIE}, MAX_WORKERS, the most a pool "
+               "may be) died while the supervisor could not run (one SIGCHLD "
+               "for all; every fork() failing then, an LD_PRELOAD shim): "
+               "every dead worker must be reaped in that call (a list of the "
+               "dead one short of MAX_WORKERS for its 0 terminator, or any "
+               "other cap, leaves the rest zombies and their slots full of "
+               "dead PIDs until another worker dies); watch: "
+               "ZEROHTTPD_WORKERS=4096 ./preforked 8000, kill -STOP PID, kill "
+               "-9 every worker, kill -CONT PID, ps -o pid,stat --ppid PID")
+    server.proc.send_signal(signal.SIGTERM)  # no worker left to stop
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        server.result = server.proc.wait(timeout=seconds(10))
+
+
+@contextlib.contextmanager
+def crowd_slot(limit=300):
+    """One of CROWDS_AT_ONCE slots for a pool of ALL_DIE workers, machine
+    wide (a flock()ed file each in the temp dir, across gradings: 8 such
+    pools at once are pid_max), waited for (asleep) at most `limit` s."""
+    deadline = time.monotonic() + limit
+    while True:
+        for k in range(CROWDS_AT_ONCE):
+            slot = open(os.path.join(tempfile.gettempdir(),
+                                     f"zerohttpd-lab-crowd-{k}.lock"), "a")
+            try:
+                fcntl.flock(slot, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                slot.close()
+                continue
+            try:
+                yield
+            finally:
+                slot.close()  # (and its lock)
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    yield  # waited long enough: go on without a slot
+
+
+def crowd_dies(lab):
     starts = FailingStarts(lab)
     heap_env, blocks = heap_blocks(lab)  # heap blocks in use, counted
     env = {**starts.env, "LD_PRELOAD": f"{starts.env['LD_PRELOAD']} "
@@ -783,12 +978,13 @@ def stopped_worker(lab):
     # call of replace_workers() each that reaps nobody; whatever such a
     # call takes it must give back (counted after the stop below, which
     # is checked first).
-    held = blocks()
+    held, data = blocks(), status_field(server.pid, "VmData")
     for _ in range(STOP_CYCLES):
         for sig in (signal.SIGSTOP, signal.SIGCONT):
             os.kill(workers[0], sig)
             sigchld_taken(server.pid, workers[0], sig == signal.SIGSTOP)
     cycled = blocks() - held
+    mapped = status_field(server.pid, "VmData") - data
     # The oldest three stopped and the youngest killed while the supervisor
     # cannot run: one SIGCHLD, the stops (reported first to a waitpid with
     # WUNTRACED: it goes through the children oldest first) and the death.
@@ -843,6 +1039,16 @@ def stopped_worker(lab):
                "never frees it; free() on every path, or use a static "
                "array; watch: valgrind --leak-check=full ./preforked 8000, "
                "kill -STOP then kill -CONT a worker, many times")
+    lab.expect(mapped <= STOP_DATA_SLACK_KB, f"the supervisor's data grew by "
+               f"{mapped} kB (VmData; at most {STOP_DATA_SLACK_KB}) while a "
+               f"worker was stopped and continued {STOP_CYCLES} times: each "
+               "stop and each continue is a SIGCHLD and a call of "
+               "replace_workers() that reaps nobody; one that maps memory "
+               "(mmap() of a list of the dead: not the heap) and returns "
+               "early when nobody died never unmaps it, a page a call; "
+               "munmap() on every path, or use a static array; watch: grep "
+               "VmData /proc/PID/status while you kill -STOP and kill -CONT "
+               "a worker, many times")
 
 
 def sigchld_taken(pid, worker, stopping, limit=2):
@@ -970,12 +1176,15 @@ def fork_fails(lab):
             server.terminate(timeout=seconds(STOP_WHILE_FAILING))
         except AssertionError as error:
             stop.append(str(error))
+            # Failed: SIGKILL it and its workers now, strace still
+            # attached (one that retries in a loop keeps strace and itself
+            # busy, two CPUs, until it is gone: 4 CPU-s a grading).
+            server.cleanup()
 
     traced = _strace(server.pid, ["clone", "kill"],
                      deaths_then_stop_while_fork_fails, "-f", "-e",
                      "inject=clone:error=EAGAIN")
     if stop:
-        server.cleanup()  # SIGKILL it and its workers now
         raise Unmet(f"{stop[0][:150]} (SIGTERM sent while fork() failed "
                     f"with EAGAIN, once the first of {len(live)} workers "
                     "killed at once, behind one SIGCHLD, was reaped): a "
