@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 from grading import (Grader, _strace, asking_clients,  # labs/grading.py
-                     big_file, build_shim, get, kept_clients, keepalive_load,
+                     build_shim, get, kept_clients, keepalive_load,
                      raise_open_file_limit, seconds,
-                     status_field, stop_now, strace_count, wait_for)
+                     status_field, stop_now, wait_for)
 
 PIPELINED = 20000  # HEAD requests in one go: 560 KB, more than a request
 # buffer holds, even one enlarged so that "any pipeline fits"
@@ -208,6 +208,40 @@ int epoll_pwait2(int ep, struct epoll_event *ev, int n,
     return real(ep, ev, n, t, mask);
 }
 """
+# Preloaded into few_epoll_ctl's server: counts its epoll_ctl() calls (every
+# thread; [0] of the shared file), as strace -c did at a ptrace stop per
+# system call of the server.
+CTL_COUNT = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <unistd.h>
+static long none[1], *calls = none;
+__attribute__((constructor)) static void share(void)
+{
+    const char *path = getenv("LAB_CTL_COUNT");
+    int fd = path ? open(path, O_RDWR) : -1;
+    if (fd < 0)
+        return;
+    long *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
+                        MAP_SHARED, fd, 0);
+    close(fd);
+    if (shared != MAP_FAILED)
+        calls = shared;
+}
+int epoll_ctl(int ep, int op, int fd, struct epoll_event *ev)
+{
+    static int (*real)(int, int, int, struct epoll_event *);
+    if (!real)
+        real = (int (*)(int, int, int, struct epoll_event *))dlsym(
+            RTLD_NEXT, "epoll_ctl");
+    __atomic_add_fetch(calls, 1, __ATOMIC_RELAXED);
+    return real(ep, op, fd, ev);
+}
+"""
 PIPELINED_CTL = 500  # pipelined requests while epoll_ctl() is counted
 BUSY_CLIENTS = 10  # kept-alive clients that each ask for a page while Redis
 # is stalled, then for HEAD / while it waits: 2 requests each
@@ -216,6 +250,16 @@ CTL_PER_REQUEST = 0.25  # allowed per request (level or edge: about 0.08 at
 PIPE_HOW = ("watch it: the handout's pipelining one-liner against ./epoll "
             "8000 (more HEADs if your request buffer is bigger)")
 grader = Grader("edge")
+
+
+def big_file(lab, size=8 << 20):
+    """A file under the lab's public/ larger than any socket buffer, so
+    that sending it needs the socket to drain many times: its URL path.
+    Zeros (grading.big_file's random bytes cost a CPU-second in every 50
+    writes, and only the length is checked; not sparse: sending holes of
+    8 MiB cost 0.2 CPU-s more here)."""
+    (lab.site / "public" / "big.bin").write_bytes(bytes(size))
+    return "/big.bin"
 
 
 def epoll_interest(pid):
@@ -468,15 +512,88 @@ def largest_request(port):
             return b""
 
 
-@grader.check(5, "an 8 MiB file reaches a client in full")
+HUGE = 48 << 20  # bytes of a file sent to a client with room for most of
+# it: more than any per-wake-up cap "just past what the other checks
+# send" (8 MiB)
+HUGE_WINDOW = 64 << 20  # its receive buffer (as root): the server's first
+# sendfile() for it sends over 20 MB with no EAGAIN
+EPOLL_WAITS = {"232", "281", "441", "22"}  # /proc/PID/syscall: epoll_wait,
+# epoll_pwait, epoll_pwait2 (x86-64), epoll_pwait (arm64)
+
+
+@grader.check(5, f"an 8 MiB file reaches a client in full, and a {HUGE >> 20}"
+              " MiB one a client with room for most of it")
 def big_download(lab):
     path = big_file(lab)
+    with open(lab.site / "public" / "huge.bin", "wb") as f:  # sparse too
+        f.truncate(HUGE)
     server = lab.start()
     status, body = get(server.port, path, timeout=10)
     lab.expect(status == 200 and len(body) == 8 << 20,
                f"status {status}, {len(body)} of {8 << 20} bytes: the send "
                "side stopped before EAGAIN; watch it: curl -o /dev/null "
                "http://127.0.0.1:8000/big.bin with a big file in public/")
+    queued, got, need = roomy_download(server, "/huge.bin")
+    lab.expect(got >= need, f"{got:,} of {need:,} bytes of a {HUGE >> 20} "
+               f"MiB file to a client with a {HUGE_WINDOW >> 20} MiB receive "
+               f"buffer ({queued:,} bytes in it when the server went back to "
+               f"epoll_wait(), then read at once), {SILENCE} s of silence "
+               "after: the send loop stopped with room left in the socket "
+               "(no EAGAIN), so no EPOLLOUT edge was owed (a cap on bytes or "
+               "calls per wake-up, however high); write on to EAGAIN, or, to "
+               "be fair to other clients, come back by yourself (a list of "
+               "connections to resume before the next blocking wait); watch "
+               "it: curl -o /dev/null http://127.0.0.1:8000/huge.bin with a "
+               f"{HUGE >> 20} MiB file in public/")
+
+
+def waits_in_epoll(pid):
+    """Whether the server's (main) thread is blocked in epoll_wait()."""
+    try:
+        return Path(f"/proc/{pid}/syscall").read_text().split()[0] in \
+            EPOLL_WAITS
+    except (OSError, IndexError):
+        return False
+
+
+def roomy_download(server, path):
+    """A client with a HUGE_WINDOW receive buffer asks for path and reads
+    nothing until the server, having sent some, is back in epoll_wait()
+    (its first burst of sending over), then reads as fast as it can until
+    the answer is whole, the server closes, or SILENCE s pass with
+    nothing: (bytes queued then, bytes read, bytes the answer has)."""
+    with socket.socket() as s:
+        try:  # as root; else what SO_RCVBUF allows (net.core.rmem_max)
+            s.setsockopt(socket.SOL_SOCKET, 33, HUGE_WINDOW)  # ...BUFFORCE
+        except OSError:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, HUGE_WINDOW)
+        s.settimeout(seconds(SILENCE))
+        s.connect(("127.0.0.1", server.port))
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        queued = wait_for(lambda: unread(s) if waits_in_epoll(server.pid)
+                          else 0, lambda n: n > 0, limit=5)
+        buf = bytearray(1 << 20)
+        got, need, head = 0, HUGE, b""
+        try:
+            while got < need:
+                n = s.recv_into(buf)
+                if not n:
+                    break
+                if len(head) < 4096:
+                    head += bytes(buf[:min(n, 4096)])
+                    end = head.find(b"\r\n\r\n")
+                    if end >= 0:
+                        need = end + 4 + HUGE
+                got += n
+        except OSError:  # SILENCE s with nothing, or reset
+            pass
+    return queued, got, need
+
+
+def unread(sock):
+    """Bytes waiting in sock's receive queue (FIONREAD)."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD,
+                                          b"\0" * 4))[0]
 
 
 # Pages of 700 KB asked one after another: a Redis read with a byte budget
@@ -718,10 +835,61 @@ def linger_drained(lab):
                f"{LINGER_MS} ms, from the answer): a linger timer set again "
                "by each read never fires while the client trickles, and a "
                "slow sender holds the descriptor for hours")
+    cut = cut_while_uploading(server.port)
+    lab.expect(cut is None, "a refused client (413) still uploading its "
+               f"body ({PACED_PIECE:,} bytes every {PACED_PACE * 1000:g} ms, "
+               f"under {LINGER_MAX >> 10} KiB in all) was {cut}: lingering "
+               "closed it early, the unread bytes that came next reset it, "
+               "and a client that reads only once it has sent its body never "
+               "sees its 413; a read shorter than asked for only means the "
+               f"socket is empty for now: drain until the FIN, "
+               f"{LINGER_MAX >> 10} KiB or LINGER_MS ({LINGER_MS} ms)")
     return (f"{read >> 10} KiB read from a refused client, {lingered:,} "
             f"bytes of them after its answer; {stepped:,} from a stepping "
             f"one; a trickling one closed "
             f"{held:.1f} s after its answer")
+
+
+PACED_PIECE = 3000  # bytes of a refused body sent at a time (less than a
+PACED_PACE = 0.03   # 4 KiB drain read), every PACED_PACE s, PACED_PIECES
+PACED_PIECES = 8    # times after the answer: 0.24 s, inside LINGER_MS
+PACED_EARLY = 0.4   # s after the answer: a reset before this is lingering's
+# fault (the reference holds the connection LINGER_MS, 0.5 s, or to the FIN)
+
+
+def cut_while_uploading(port):
+    """A client posts a 60,000-byte body (413) in PACED_PIECE-byte pieces
+    PACED_PACE s apart, the first with the head; once answered it sends
+    PACED_PIECES more, then its FIN, then reads to EOF. None if it was
+    not reset within PACED_EARLY s of its answer (a reset later is the
+    linger timer's, under load); else what it saw."""
+    with socket.create_connection(("127.0.0.1", port),
+                                  timeout=seconds(5)) as s:
+        s.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                  b"\r\n" % REFUSED_BODY + b"p" * PACED_PIECE)
+        try:
+            answer = s.recv(65536)
+        except OSError as error:
+            return f"reset before its answer ({error.__class__.__name__})"
+        answered = time.monotonic()
+        if not answer.startswith(b"HTTP/1.1 413"):
+            return f"answered {answer[:12]!r} (413 expected)"
+        sent = 0
+        try:
+            for _ in range(PACED_PIECES):
+                time.sleep(PACED_PACE)
+                s.sendall(b"p" * PACED_PIECE)
+                sent += 1
+            s.shutdown(socket.SHUT_WR)
+            while s.recv(65536):
+                pass
+        except OSError as error:
+            took = time.monotonic() - answered
+            if took < seconds(PACED_EARLY):
+                return (f"reset {took:.2f} s after its answer "
+                        f"({error.__class__.__name__}, {sent} of "
+                        f"{PACED_PIECES} pieces sent after it)")
+    return None
 
 
 def held_while_trickling(port):
@@ -923,9 +1091,11 @@ def cut_short(lab, server):
                                       timeout=seconds(5))
     paged = socket.create_connection(("127.0.0.1", server.port),
                                      timeout=seconds(5))
+    paged_corked = socket.create_connection(("127.0.0.1", server.port),
+                                            timeout=seconds(5))
     first = {}
     try:
-        for s in (kept, corked, paged):
+        for s in (kept, corked, paged, paged_corked):
             s.sendall(HEAD)
             lab.expect(responses(s, 1, limit=SILENCE) == 1, "no answer to "
                        "a HEAD request")
@@ -945,11 +1115,20 @@ def cut_short(lab, server):
         paged.sendall(b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n"
                       b"GET / HTTP/1.1\r\nHo")
         paged.shutdown(socket.SHUT_WR)
+        # The same with its FIN in the request's segment (TCP_CORK): read
+        # in the same event as the request, whatever the timing, so that
+        # only a check after the answer can close it.
+        paged_corked.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        paged_corked.sendall(b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n"
+                             b"GET / HTTP/1.1\r\nHo")
+        paged_corked.shutdown(socket.SHUT_WR)
+        paged_corked.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
         start = time.monotonic()
-        took = closed_within([kept, fresh, corked, paged], FIN_CLOSE + 1,
+        took = closed_within([kept, fresh, corked, paged, paged_corked],
+                             FIN_CLOSE + 1,
                              first)
     finally:
-        for s in (kept, fresh, corked, paged):
+        for s in (kept, fresh, corked, paged, paged_corked):
             s.close()
     late = [what for what, t in zip(
         ["a kept-alive client's next head cut short (`GET / HTTP/1.1\\r\\nHo`)",
@@ -959,7 +1138,10 @@ def cut_short(lab, server):
          "read on to the 0)",
          "a kept-alive client's guestbook request and a head cut short "
          "(its answer came from Redis: check for the FIN after an answer "
-         "finished there too, not only at the end of a socket event)"],
+         "finished there too, not only at the end of a socket event)",
+         "a kept-alive client's guestbook request and a head cut short "
+         "with its FIN in the same segment (TCP_CORK: read with the "
+         "request; the FIN check must run after the answer from Redis)"],
         took)
         if t is None or t - start > seconds(FIN_CLOSE)]
     lab.expect(not late, f"{' and '.join(late)}, then the client's FIN: "
@@ -967,11 +1149,14 @@ def cut_short(lab, server):
                "timer?): nothing more can come, so the request can never be "
                "complete; remember the FIN (an EOF flag) and close once "
                "nothing complete is left, body or head")
-    page = first.get(paged, b"")
-    lab.expect(page.startswith(b"HTTP/1.1 200"), "a kept-alive client sent "
-               "a guestbook request, a head cut short and its FIN: its page "
-               f"answered {page[:12]!r} before the close (a FIN says the "
-               "client sends no more: answer what is complete, then close)")
+    pages = [first.get(s, b"") for s in (paged, paged_corked)]
+    page = next((p for p in pages if not p.startswith(b"HTTP/1.1 200")),
+                pages[0])
+    lab.expect(all(p.startswith(b"HTTP/1.1 200") for p in pages), "a "
+               "kept-alive client sent a guestbook request, a head cut short "
+               f"and its FIN: its page answered {page[:12]!r} before the "
+               "close (a FIN says the client sends no more: answer what is "
+               "complete, then close)")
 
 
 def closed_within(socks, limit, first=None):
@@ -1002,13 +1187,13 @@ def read_all(sock):
     """Everything the server sends until it closes (or falls silent, or
     LONGEST s pass)."""
     sock.settimeout(seconds(SILENCE))
-    data, ends = b"", time.monotonic() + seconds(LONGEST)
+    data, ends = bytearray(), time.monotonic() + seconds(LONGEST)
     try:
         while time.monotonic() < ends and (chunk := sock.recv(1 << 20)):
-            data += chunk
+            data += chunk  # in place: no copy of all so far per chunk
     except (socket.timeout, ConnectionResetError):
         pass
-    return data
+    return bytes(data)
 
 
 @grader.check(10, "a request that arrives while the one before it waits "
@@ -1088,12 +1273,17 @@ def arrives_while_busy(lab):
               "ab -k, pages and the guestbook, pipelined, and arriving while "
               "busy (no re-arming on every call)")
 def few_epoll_ctl(lab):
-    server = lab.start()
-    calls = strace_count(server.pid, ["epoll_ctl"], lambda: [keepalive_load(
+    counter = lab.workdir / "ctl_count"
+    counter.write_bytes(bytes(8))
+    server = lab.start(env={
+        "LD_PRELOAD": str(build_shim(lab, "ctl_count", CTL_COUNT)),
+        "LAB_CTL_COUNT": str(counter)})
+    ctl_calls = ctl_counter(counter)
+    calls = ctl_calls(lambda: [keepalive_load(
         lab, server.port, CTL_REQUESTS // 2, concurrency=CTL_CLIENTS,
         path=path)
         for path in ("/", "/guestbook")])
-    per = calls.get("epoll_ctl", 0) / CTL_REQUESTS
+    per = calls / CTL_REQUESTS
     lab.expect(per <= CTL_PER_REQUEST,
                f"{per:.2f} epoll_ctl() per request (the reference makes about "
                "0.08): interest re-armed on every call, which only imitates "
@@ -1110,14 +1300,13 @@ def few_epoll_ctl(lab):
             sender.start()
             responses(s, PIPELINED_CTL, limit=SILENCE)
             sender.join(timeout=seconds(5))
-    calls = strace_count(server.pid, ["epoll_ctl"], pipeline)
-    piped = calls.get("epoll_ctl", 0) / PIPELINED_CTL
+    piped = ctl_calls(pipeline) / PIPELINED_CTL
     lab.expect(piped <= CTL_PER_REQUEST,
                f"{piped:.2f} epoll_ctl() per request over {PIPELINED_CTL} "
                "pipelined on one connection: a re-arm after each answer to "
                "get an edge for the bytes already in; read them at once "
                "instead")
-    busy = busy_arrivals(lab, server)
+    busy = busy_arrivals(lab, server, ctl_calls)
     lab.expect(busy <= CTL_PER_REQUEST,
                f"{busy:.2f} epoll_ctl() per request when {BUSY_CLIENTS} "
                "kept-alive clients each asked for the guestbook while Redis "
@@ -1130,12 +1319,23 @@ def few_epoll_ctl(lab):
             f"{busy:.2f} arriving while busy")
 
 
-def busy_arrivals(lab, server):
+def ctl_counter(counter):
+    """calls(during): the epoll_ctl() calls the server made while during()
+    ran, as the CTL_COUNT library preloaded into it counted them in
+    counter (a file)."""
+    def calls(during):
+        before = struct.unpack("q", counter.read_bytes()[:8])[0]
+        during()
+        return struct.unpack("q", counter.read_bytes()[:8])[0] - before
+    return calls
+
+
+def busy_arrivals(lab, server, ctl_calls):
     """BUSY_CLIENTS kept-alive clients each ask for the guestbook while
     Redis is stalled and, once the server has read that request (its
     socket empty), for HEAD /, its own edge while the connection is busy;
     then Redis resumes and both answers are read: epoll_ctl() calls per
-    request meanwhile (strace)."""
+    request meanwhile (the preloaded CTL_COUNT)."""
     clients = []
     for _ in range(BUSY_CLIENTS):
         clients.append(socket.create_connection(("127.0.0.1", server.port),
@@ -1163,11 +1363,11 @@ def busy_arrivals(lab, server):
         for c in clients:
             responses(c, 2, limit=SILENCE)
     try:
-        calls = strace_count(server.pid, ["epoll_ctl"], arrive)
+        calls = ctl_calls(arrive)
     finally:
         for c in clients:
             c.close()
-    return calls.get("epoll_ctl", 0) / (2 * BUSY_CLIENTS)
+    return calls / (2 * BUSY_CLIENTS)
 
 
 @grader.check(5, f"a head sent a byte a second is cut within {CUT} s of "
@@ -1180,6 +1380,10 @@ def slow_head_cut(lab):
     begun = threading.Thread(target=head_begun_during_download,
                              args=(server.port, path, during))
     begun.start()  # beside the byte-a-second head: no time added
+    piped = {}
+    pipelined = threading.Thread(target=head_begun_pipelined,
+                                 args=(server.port, piped))
+    pipelined.start()  # beside it too
     slow = {}
     reader = threading.Thread(target=slow_reader,
                               args=(server.port, path, slow))
@@ -1209,6 +1413,7 @@ def slow_head_cut(lab):
                "again after each read never fires")
     begun.join(seconds(30))
     reader.join(seconds(30))
+    pipelined.join(seconds(30))
     lab.expect(slow.get("held"), f"a client reading an 8 MiB answer at "
                f"{SLOW_RATE >> 10} KiB/s was {slow.get('said', 'not read')}:"
                " the 10 s send timer is for a reader that takes nothing; "
@@ -1223,6 +1428,16 @@ def slow_head_cut(lab):
                "10 s request timer, also when its first bytes are read at "
                "once after the answer before it (the read that no edge "
                "calls for)")
+    lab.expect(piped.get("answer", b"").startswith(b"HTTP/1.1 200"),
+               "a request whose first bytes came pipelined, in the same "
+               "segment as the whole request before it (already in the "
+               "buffer when that answer was done), the rest of its head "
+               f"{HEAD_REST:g} s after that answer: "
+               f"{piped.get('said', 'no answer')} (cut by the 5 s idle "
+               "timer?): a request begun is under the 10 s request timer "
+               "from the moment the server turns to it, also when its "
+               "bytes are in the buffer already and no read comes to "
+               "start the clock")
 
 
 def slow_reader(port, path, said):
@@ -1277,7 +1492,7 @@ def head_begun_during_download(port, path, said):
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         time.sleep(0.3)
         s.sendall(b"GET /notes.txt HTTP/1.1\r\nHo")
-        data, need = b"", None
+        data, need = bytearray(), None  # appended to in place, not copied
         while need is None or len(data) < need:
             chunk = s.recv(1 << 20)
             if not chunk:
@@ -1292,7 +1507,7 @@ def head_begun_during_download(port, path, said):
         time.sleep(HEAD_REST)
         try:
             s.sendall(b"st: x\r\n\r\n")
-            said["answer"] = data[need:] + s.recv(65536)
+            said["answer"] = bytes(data[need:]) + s.recv(65536)
         except OSError as error:
             said["said"] = f"closed ({error.__class__.__name__})"
             return
@@ -1301,6 +1516,38 @@ def head_begun_during_download(port, path, said):
         else:
             said["said"] = f"answered {said['answer'][:12]!r}"
     except (OSError, IndexError, ValueError) as error:
+        said["said"] = f"failed: {error}"
+    finally:
+        s.close()
+
+
+def head_begun_pipelined(port, said):
+    """A client sends a whole request and the start of the next in one
+    segment, reads the first answer, then sends the rest of the head
+    HEAD_REST s later (under the 10 s request timeout, past the 5 s idle
+    one). said["answer"]: what the server sent to it; said["said"]: what
+    was seen."""
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=seconds(10))
+    except OSError as error:
+        said["said"] = f"could not connect ({error})"
+        return
+    try:
+        s.sendall(b"HEAD /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+                  b"GET /notes.txt HTTP/1.1\r\nHo")
+        if responses(s, 1, limit=SILENCE) != 1:
+            said["said"] = "no answer to the first request"
+            return
+        time.sleep(HEAD_REST)
+        try:
+            s.sendall(b"st: x\r\n\r\n")
+            said["answer"] = s.recv(65536)
+        except OSError as error:
+            said["said"] = f"closed ({error.__class__.__name__})"
+            return
+        said["said"] = (f"answered {said['answer'][:12]!r}" if
+                        said["answer"] else "closed with no answer")
+    except OSError as error:
         said["said"] = f"failed: {error}"
     finally:
         s.close()
