@@ -7,14 +7,18 @@ clients, inside the 5 s idle and 10 s request limits, must still be served
 (a lower bound). The pool is checked to be the size asked for, so more
 threads cannot stand in for the deadlines."""
 
+import fcntl
+import os
 import re
 import selectors
 import socket
+import struct
+import termios
 import threading
 import time
 from pathlib import Path
 
-from grading import (Grader, _strace, big_file, build, cpu_seconds, death,
+from grading import (Grader, _strace, build, cpu_seconds, death,
                      build_shim, code_only,
                      descriptors, get, idle_clients, raise_open_file_limit,
                      seconds, status_field, wait_for)  # labs/grading.py
@@ -46,11 +50,21 @@ UPTIME_DAYS = 926  # CLOCK_MONOTONIC about this far ahead (80,000,000 s,
 UPTIME_S = 80_000_000
 FLOAT_STEP = 8  # seconds between two floats (24-bit mantissa) at UPTIME_S
 WALL_STEP = 3600  # seconds the wall clock (CLOCK_REALTIME) steps ahead
+JUMP_MS = 2**31 - 1000  # CLOCK_MONOTONIC jumps this far after the server
+#                         has started: with the seconds it has run, its
+#                         uptime in ms is past INT_MAX
+LONG_REQUESTS = 25  # requests on one keep-alive connection, the clock
+LONG_GAP_S = 3  # jumping this far before each: 72 s of the server's time
+#                 on one connection, in a fraction of a second
 RUNNABLE = 2.0  # pool threads runnable at once, on average, while idle
 WAKEUPS = 200  # context switches of the whole server in that idle second
 ATTACK_WAKEUPS = 100  # a second, on average over the slow body attack (the
 #                       reference: about 10, a wake for each piece)
 BEGUN = b"GET / HT"  # a request begun, then nothing: its wait is watched too
+# Refused at once by answer_expect() (405: /nope takes no POST), the
+# request's first byte already in: a way out of read_request() too.
+REFUSED_EXPECT = (b"POST /nope HTTP/1.1\r\nHost: x\r\nExpect: 100-continue"
+                  b"\r\nContent-Length: 5\r\n\r\n")
 # What a deadline might make a descriptor with: while the idle attackers
 # arrive, each pool thread's first such call fails with EMFILE (strace's
 # fault injection), as at the process's descriptor limit.
@@ -427,35 +441,47 @@ def malformed(port, count):
     return said
 
 
+def task_files(pid, name):
+    """The text of /proc/PID/task/*/NAME, a thread's each (one that has
+    just ended left out): plain os calls, a sample's cost being most of
+    what watching a pool costs."""
+    texts, where = [], f"/proc/{pid}/task/"
+    for task in os.listdir(where):
+        try:
+            fd = os.open(where + task + "/" + name, os.O_RDONLY)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        try:
+            texts.append(os.read(fd, 4096))
+        except ProcessLookupError:
+            pass
+        finally:
+            os.close(fd)
+    return texts
+
+
 def context_switches(pid):
     """Voluntary and nonvoluntary context switches of all pid's threads so
     far: a thread asleep in poll() until its deadline adds none; one that
     naps between tries adds one a nap."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            text = (task / "status").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        total += sum(int(line.split()[1]) for line in text.splitlines()
-                     if "ctxt_switches:" in line)
-    return total
+    return sum(int(m) for text in task_files(pid, "status")
+               for m in re.findall(rb"ctxt_switches:\s*(\d+)", text))
 
 
-def runnable_threads(pid, span):
+def runnable_threads(pid, span, limit=RUNNABLE, failed=None):
     """The number of pid's threads in state R (running or waiting for a
     CPU), on average over `span` seconds, sampled every 50 ms: a thread
-    blocked in poll() or accept() is S."""
+    blocked in poll() or accept() is S. Sampling stops early once the
+    average over the whole span cannot fall below `limit`, or failed()
+    (asked every 4th sample) says the span has failed already (a spinning
+    or napping pool: the rest of its second would only burn CPU)."""
     counts, end = [], time.monotonic() + span
-    while time.monotonic() < end:
-        running = 0
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                text = (task / "stat").read_text()
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            running += text[text.rindex(")") + 2:].split()[0] == "R"
-        counts.append(running)
+    most = int(span / 0.05) + 1  # samples the span can hold at most
+    while time.monotonic() < end and sum(counts) < limit * most:
+        counts.append(sum(text[text.rindex(b")") + 2:][:1] == b"R"
+                          for text in task_files(pid, "stat")))
+        if failed and len(counts) % 4 == 0 and failed():
+            break
         time.sleep(0.05)
     return sum(counts) / len(counts)
 
@@ -481,7 +507,9 @@ def pool_asleep(server, clients, base):
              lambda n: n >= base + len(clients), 1)
     time.sleep(0.05)
     cpu, woke = cpu_seconds(server.pid), context_switches(server.pid)
-    running = runnable_threads(server.pid, seconds(1))
+    running = runnable_threads(  # its switches only grow: once past the
+        server.pid, seconds(1), failed=lambda: (  # limit, it has failed
+            context_switches(server.pid) - woke > WAKEUPS * seconds(1)))
     cpu = cpu_seconds(server.pid) - cpu
     woke = context_switches(server.pid) - woke
     for s in clients:
@@ -602,6 +630,8 @@ def attack_plan(start):
                   [(start, expect[:20]), (start + 8.5, expect[20:])]))
     plans.append(("a blank line (CR LF) every 2 s", TIGHT,
                   [(start + 2 * i, b"\r\n") for i in range(10)]))
+    plans.append(("a POST with Expect: 100-continue to a path that takes "
+                  "none, refused at once", TIGHT, [(start, REFUSED_EXPECT)]))
     plans.append(("a head of 8.3 KB, over MAX_HEAD, sent at once", CUT,
                   [(start, BIG_HEAD)]))
     plans.append(("a keep-alive request answered, then silence", IDLE_CUT,
@@ -684,8 +714,8 @@ def after_answer(data):
               "its request's first byte, with one 408 or nothing; an 8.3 KB "
               f"head answered 431; an idle keep-alive client within "
               f"{IDLE_CUT} s, silently; the largest request answered; then "
-              f"{WIDE} two-piece requests served and left idle: no "
-              "descriptor left behind")
+              f"{WIDE} two-piece requests served (no stale clock of a cut "
+              "or refused request) and left idle: no descriptor left behind")
 def every_attacker_cut(lab):
     server = lab.start(env={"ZEROHTTPD_THREADS": str(WIDE)})
     get(server.port, "/")
@@ -717,7 +747,7 @@ def every_attacker_cut(lab):
                "curl -H \"X-Pad: $(head -c 8300 /dev/zero | tr '\\0' y)\" "
                "http://127.0.0.1:8000/")
     wrong = []
-    for (shape, _, plan), data in zip(plans[:-2], heard):
+    for (shape, _, plan), data in zip(plans[:-3], heard):
         said = statuses(data)
         while said and said[0].startswith(b"HTTP/1.1 1"):
             said = said[1:]  # 100 Continue: an interim answer
@@ -746,6 +776,27 @@ def every_attacker_cut(lab):
                "http://127.0.0.1:8000/ http://127.0.0.1:8000/ reuses one "
                "connection, or nc 127.0.0.1 8000, a request, then wait 5 s"
                if more else "")
+    # Then a new client for each thread, its head in two pieces: 13 of the
+    # threads have just cut a request (the timeout path), one has refused
+    # an Expect: 100-continue, and nothing of those requests may stay
+    # behind; then each is left idle and cut (the 5 s limit).
+    answers, gone = after_cuts(server.port)
+    lab.expect(all(a == 200 for a in answers),
+               f"of {WIDE} new clients at once, one for each thread, each "
+               "sending its head in two pieces 0.3 s apart after every "
+               f"attacker was cut, {sum(a != 200 for a in answers)} were not "
+               "answered (answered: " + ", ".join(str(a) for a in answers)
+               + "): the first byte's time of a request cut by its deadline, "
+               "or refused at its Expect: 100-continue (answer_expect() "
+               "false: a 405, 404, 413), kept (per thread, static or "
+               "__thread) and not reset on that way out: the thread's next "
+               "client finds its deadline long past; keep the clock in "
+               "read_request() (or the connection), or reset it on every "
+               "return; watch it: ZEROHTTPD_THREADS=1, printf 'POST /nope "
+               "HTTP/1.1\\r\\nExpect: 100-continue\\r\\nContent-Length: "
+               "5\\r\\n\\r\\n' | nc 127.0.0.1 8000 (or printf 'GET / HT' | "
+               "nc 127.0.0.1 8000, cut after 10 s), then 11 s later the "
+               "handout's second block")
     status = max_request(server.port)
     lab.expect(status and status not in (408, 413, 431),
                f"the largest request, a head of MAX_HEAD (8,192) bytes and a "
@@ -759,27 +810,11 @@ def every_attacker_cut(lab):
                "length), and a recv() of 0 bytes returns 0, read as the "
                "client's close; watch it: a POST of a head of 8,192 bytes "
                f"and a body of {MAX_BODY:,} through nc")
-    # Then a new client for each thread, its head in two pieces: 13 of the
-    # threads have just cut a request (the timeout path), and nothing of it
-    # may stay behind; then each is left idle and cut (the 5 s limit).
-    answers, gone = after_cuts(server.port)
-    lab.expect(all(a == 200 for a in answers),
-               f"of {WIDE} new clients at once, one for each thread, each "
-               "sending its head in two pieces 0.3 s apart after every "
-               f"attacker was cut, {sum(a != 200 for a in answers)} were not "
-               "answered (answered: " + ", ".join(str(a) for a in answers)
-               + "): the first byte's time of a request cut by its deadline "
-               "kept (per thread, static or __thread) and not reset on that "
-               "way out: the thread's next request that needs a second "
-               "recv() finds its deadline long past; keep the clock in "
-               "read_request() (or the connection), or reset it on every "
-               "return; watch it: printf 'GET / HT' | nc 127.0.0.1 8000 "
-               "(cut after 10 s), then the handout's second block")
     now = wait_for(lambda: len(descriptors(server.pid)),
                    lambda n: n <= before + WIDE, 2)
     lab.expect(now <= before + WIDE,
                f"the server held {before} descriptors before the attackers, "
-               f"{now} once {len(plans) + WIDE - 1} connections had been cut "
+               f"{now} once {len(plans) + WIDE - 2} connections had been cut "
                f"by a deadline ({gone} of them {WIDE} keep-alive clients "
                "answered, then idle) and every client had gone (at most "
                f"{before + WIDE}: one kept by each of the {WIDE} threads): "
@@ -933,6 +968,174 @@ def pipelined_behind_download(port, path):
         sock.close()
 
 
+def sparse_file(lab, size, name="big.bin"):
+    """A file of `size` bytes under the lab's public/ (as grading.big_file
+    makes), but sparse: what is sent is its size, not its bytes, and 8 MiB
+    of os.urandom() cost each check 40 ms of CPU. Its URL path."""
+    with (lab.site / "public" / name).open("wb") as big:
+        big.truncate(size)
+    return "/" + name
+
+
+def beyond_buffers(lab):
+    """A file larger than the server's largest send buffer (tcp_wmem's
+    largest: a buffer's bytes count with their overhead, so it holds less)
+    and a 64 KiB receive buffer (128 KiB with its overhead) together, by
+    1 MiB at least: sending it must wait for the client to read. Its URL
+    path."""
+    wmem = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    return sparse_file(lab, max(5 << 20, wmem + (1 << 20)))
+
+
+def tcp_diag(sport, dport):
+    """The TCP socket 127.0.0.1:sport -> 127.0.0.1:dport (the server's end
+    of a client's connection), by an exact sock_diag lookup (what ss
+    uses, without a dump of every socket): (its state, 1 for ESTABLISHED;
+    the bytes of its stream the peer has acknowledged; the bytes in its
+    send queue, sent or not, unacknowledged), or None if there is none."""
+    lo = socket.inet_aton("127.0.0.1")
+    req = (struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP,
+                       1 << (2 - 1), 0, 0xffffffff)  # INET_DIAG_INFO
+           + struct.pack("!HH", sport, dport) + lo + bytes(12) + lo
+           + bytes(12) + struct.pack("=III", 0, 0xffffffff, 0xffffffff))
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4) as nl:
+            nl.send(struct.pack("=IHHII", 16 + len(req), 20, 1, 1, 0) + req)
+            data = nl.recv(65536)  # SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST
+    except OSError:  # no sock_diag here
+        return None
+    if len(data) < 16 + 72 or struct.unpack_from("=H", data, 4)[0] != 20:
+        return None  # NLMSG_ERROR: no such socket
+    state = data[17]
+    wqueue = struct.unpack_from("=I", data, 16 + 4 + 48 + 8)[0]
+    at, acked = 16 + 72, None
+    while at + 4 <= len(data):  # its attributes: INET_DIAG_INFO, tcp_info
+        size, kind = struct.unpack_from("=HH", data, at)
+        if kind == 2 and size >= 4 + 128:
+            acked = struct.unpack_from("=Q", data, at + 4 + 120)[0]
+        at += (size + 3) & ~3
+        if size < 4:
+            break
+    return None if acked is None else (state, acked, wqueue)
+
+
+def reset_cut(port, path):
+    """A keep-alive client (64 KiB receive buffer) that reads a big answer
+    until the server has written all of it, much still in the server's
+    send queue, then reads nothing until the server has cut it (the 5 s
+    idle limit, from the answer's end): then all the answer must still
+    come. None if it did, else what went wrong."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+    sock.settimeout(seconds(20))
+    try:
+        sock.connect(("127.0.0.1", port))
+        mine = sock.getsockname()[1]
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return f"a big file was not answered ({data[:40]!r})"
+            data += chunk
+        head = data[:data.index(b"\r\n\r\n")]
+        length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+        if not head.startswith(b"HTTP/1.1 200") or not length:
+            return f"a big file was answered {head[:40]!r}"
+        total, got = len(head) + 4 + int(length[1]), len(data)
+        # Read on until the server has written its last byte, then stop
+        # while most of the answer is still in its send queue.
+        while True:
+            seen = tcp_diag(port, mine)
+            if seen is None:
+                return None  # no sock_diag here: not graded
+            waiting = struct.unpack("i", fcntl.ioctl(
+                sock, termios.FIONREAD, b"\0" * 4))[0]
+            unwritten = total - seen[1] - seen[2]
+            if unwritten <= 0:
+                break
+            step = max(16384, unwritten - (256 << 10))
+            while step > 0 and got < total:  # frees that much window
+                chunk = sock.recv(min(step, 1 << 20))
+                if not chunk:
+                    return (f"a big answer was cut after {got:,} of "
+                            f"{total:,} bytes, read as fast as it came")
+                got += len(chunk)
+                step -= len(chunk)
+            time.sleep(0.005)
+        queued = total - got - waiting
+        if queued <= 0:
+            return None  # all of it at the client already: not graded
+        # The server's end leaves ESTABLISHED once it has cut the client
+        # (its FIN queued behind the data, or an RST); then LINGER_MS
+        # (0.5 s) for a lingering close to end, a margin, and read.
+        cut = None
+        end = time.monotonic() + seconds(IDLE_CUT)
+        while time.monotonic() < end:
+            seen = tcp_diag(port, mine)
+            if seen is None or seen[0] != 1:
+                cut = time.monotonic()
+                break
+            time.sleep(0.1)
+        if cut is not None:
+            while time.monotonic() < cut + seconds(1.5):
+                if tcp_diag(port, mine) is None:
+                    break  # gone: reset (or closed and acknowledged)
+                time.sleep(0.1)
+        try:
+            while got < total:
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    break
+                got += len(chunk)
+        except OSError as error:
+            return (f"a keep-alive client (a 64 KiB receive buffer) "
+                    f"asked for a file of {total:,} bytes with its head; "
+                    f"{queued:,} of them were still in the server's send "
+                    "buffer when the server had written the last; it read "
+                    "nothing more until the idle limit cut it, then got "
+                    f"{got:,} in all ({error.strerror}): the cut reset the "
+                    "connection (SO_LINGER of 0: an RST) and destroyed the "
+                    "answer's tail, still in the send buffer; a connection "
+                    "cut by a deadline is closed as any other "
+                    "(close_lingering(): a FIN behind the data), never "
+                    "reset; watch it: a client with SO_RCVBUF 64 KiB that "
+                    "reads a big file at 512 KiB/s")
+        return None if got == total else (
+            f"a big answer whose tail was in the server's send buffer at "
+            f"the idle cut ended after {got:,} of {total:,} bytes")
+    finally:
+        sock.close()
+
+
+def many_pieces(port):
+    """A request head of 160 bytes sent in 80 pieces 50 ms apart (TCP_NODELAY:
+    a segment each), as a client that types it or a slow link: None if it
+    was answered 200."""
+    ask = (b"GET /notes.txt HTTP/1.1\r\nHost: x\r\nUser-Agent: by hand"
+           b"\r\nX-Pad: " + b"p" * 160)[:156] + b"\r\n\r\n"
+    label = (f"a request head of {len(ask)} bytes sent in 80 pieces 50 ms "
+             "apart (4 s, well inside the 10 s: how many reads a request "
+             "takes is no sign of an attack, only its time is; watch it: "
+             "printf each few bytes of a head to nc 50 ms apart)")
+    with socket.create_connection(("127.0.0.1", port),
+                                  timeout=seconds(20)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        start = time.monotonic()
+        for k in range(80):
+            time.sleep(max(0.0, start + 0.05 * k - time.monotonic()))
+            try:
+                sock.send(ask[len(ask) * k // 80:len(ask) * (k + 1) // 80])
+            except OSError as error:
+                return f"{label} was cut after {k} pieces ({error.strerror})"
+        try:
+            status = read_answer(sock)[0]
+        except OSError as error:
+            return f"{label} was cut ({error.strerror})"
+        return None if status == 200 else (
+            f"{label} was " + (f"answered {status}" if status else "cut"))
+
+
 def slow_but_legitimate(port, kind):
     """One client inside the limits, as `kind` says: None if it was served,
     else what went wrong."""
@@ -941,6 +1144,10 @@ def slow_but_legitimate(port, kind):
         return slow_download(port, kind)
     if kind.startswith("+"):
         return pipelined_behind_download(port, kind[1:])
+    if kind.startswith("!"):
+        return reset_cut(port, kind[1:])
+    if kind == "pieces":
+        return many_pieces(port)
     with Connection(port, timeout=seconds(20)) as conn:
         if kind in ("trickle", "idle-trickle"):  # 3 pieces 3.5 s apart
             if kind == "idle-trickle":  # 4 s silent first: 11 s in all
@@ -1027,18 +1234,23 @@ def slow_but_legitimate(port, kind):
 @grader.check(15, "slow but legitimate clients are served: a head sent over "
               "7 s, a first request after 3 s silent, a keep-alive pause of "
               "3 s, a request 6 s after a blank line, a request pipelined "
-              "behind a big answer read late, finished 7 s after it")
+              "behind a big answer read late, finished 7 s after it, a head "
+              "in 80 pieces; and a big answer still in the send buffer at "
+              "the idle cut arrives whole")
 def slow_clients_served(lab):
     # As in combined_slow_clients: an answer that ends only once the
     # client has read most of it.
-    wmem = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
-    path = big_file(lab, max(8 << 20, 2 * wmem))
+    path = beyond_buffers(lab)
     wrong = slow_clients(lab, ["trickle", "late", "pause", "blank",
-                               "+" + path])
+                               "+" + path,
+                               "!" + sparse_file(lab, 1 << 20, "mib.bin"),
+                               "pieces"])
     lab.expect(not wrong,
-               "; ".join(wrong) + ": a deadline shorter than the 5 s idle or "
-               "the 10 s request limit; watch it with the handout's second "
-               "block (a head sent over 7 s through /dev/tcp)")
+               "; ".join(wrong) + ("" if all("watch it" in w for w in wrong)
+                                   else ": a deadline shorter than the 5 s "
+                                   "idle or the 10 s request limit; watch it "
+                                   "with the handout's second block (a head "
+                                   "sent over 7 s through /dev/tcp)"))
 
 
 @grader.check(15, "slow but legitimate, the limits combined: 4 s silent then "
@@ -1049,8 +1261,7 @@ def combined_slow_clients(lab):
     # Larger than the server's largest send buffer (tcp_wmem) and the
     # client's 64 KiB receive buffer: the answer ends only once the client
     # has read most of it.
-    wmem = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
-    path = big_file(lab, max(8 << 20, 2 * wmem))
+    path = beyond_buffers(lab)
     wrong = slow_clients(lab, ["idle-trickle", "pipelined", "mid-pause",
                                "keepalive-4s", "nearly-10s",
                                "nearly-10s-mono", path], hangups=True)
@@ -1067,10 +1278,32 @@ def combined_slow_clients(lab):
 UPTIME = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
+/* Nanoseconds more, read at each call from the 8 bytes of the file
+ * $UPTIME_JUMP (mapped shared: the grader writes them), as on a server up
+ * that much longer: 0 until then. */
+static long long jumped(void)
+{
+    static const long long *volatile map;
+    static int tried;
+    if (!map && !__atomic_exchange_n(&tried, 1, __ATOMIC_ACQ_REL)) {
+        const char *file = getenv("UPTIME_JUMP");
+        int fd = file ? open(file, O_RDONLY | O_CLOEXEC) : -1;
+        if (fd >= 0) {
+            void *at = mmap(NULL, 8, PROT_READ, MAP_SHARED, fd, 0);
+            close(fd);
+            if (at != MAP_FAILED)
+                map = at;
+        }
+    }
+    const long long *m = map;
+    return m ? __atomic_load_n(m, __ATOMIC_RELAXED) : 0;
+}
 static long long ahead(void) /* nanoseconds, from $UPTIME_AHEAD_NS */
 {
     static long long ns = -1;
@@ -1080,7 +1313,7 @@ static long long ahead(void) /* nanoseconds, from $UPTIME_AHEAD_NS */
         got = set ? strtoll(set, NULL, 10) : 0;
         __atomic_store_n(&ns, got, __ATOMIC_RELAXED);
     }
-    return got;
+    return got + jumped();
 }
 static long stepped(void)
 {
@@ -1147,10 +1380,13 @@ def status_or_cut(conn):
               f"{FLOAT_STEP} s), a request in three pieces over 3.3 s "
               "is served; and one in three pieces while the wall clock "
               "steps 1 h ahead, then at each read, and the next 0.5 s "
-              "later")
+              f"later; then, the server up 24.9 days, {LONG_REQUESTS} "
+              f"keep-alive requests {LONG_GAP_S} s apart on its clock")
 def long_uptime(lab):
     shim = build_shim(lab, "uptime", UPTIME, f"-DSTEP={WALL_STEP}L", "-ldl")
     step = lab.workdir / "wall-clock-stepped"
+    jump = lab.workdir / "monotonic-jump"  # ns more, read at each call
+    jump.write_bytes(bytes(8))
     # CLOCK_MONOTONIC about UPTIME_S ahead, chosen so that its seconds
     # are 2.0 past a multiple of FLOAT_STEP 0.3 s from now (the server is
     # up by then, or by 3.2 past: else one step later).
@@ -1159,7 +1395,8 @@ def long_uptime(lab):
     server = lab.start(env={"ZEROHTTPD_THREADS": str(THREADS),
                             "LD_PRELOAD": str(shim),
                             "UPTIME_AHEAD_NS": str(int(ahead * 1e9)),
-                            "WALL_STEPPED": str(step)})
+                            "WALL_STEPPED": str(step),
+                            "UPTIME_JUMP": str(jump)})
     get(server.port, "/")
 
     def phase():  # the server's CLOCK_MONOTONIC seconds, modulo FLOAT_STEP
@@ -1226,6 +1463,58 @@ def long_uptime(lab):
                "CLOCK_MONOTONIC (now_ms()); watch it: LD_PRELOAD a "
                "gettimeofday() that adds an hour at each call, then curl "
                "twice over one connection")
+    # Then the server's own clock: CLOCK_MONOTONIC jumps JUMP_MS ahead, as
+    # if the server had been up 24.9 days (a time counted in int
+    # milliseconds from its start is past 2^31); then LONG_REQUESTS
+    # requests on one keep-alive connection, the clock jumping
+    # LONG_GAP_S before each (while the server waits, idle) and between
+    # the two pieces of the last: minutes of the server's time, each wait
+    # and each request well inside its limit.
+    with jump.open("r+b") as moved:
+        total = JUMP_MS * 1_000_000
+        os.pwrite(moved.fileno(), struct.pack("=q", total), 0)
+        said = []
+        with Connection(server.port, timeout=seconds(10)) as conn:
+            for k in range(LONG_REQUESTS):
+                if k:
+                    total += LONG_GAP_S * 1_000_000_000
+                    os.pwrite(moved.fileno(), struct.pack("=q", total), 0)
+                if k < LONG_REQUESTS - 1:
+                    conn.send_tolerating_reset(ask)
+                else:
+                    conn.send_tolerating_reset(ask[:16])
+                    time.sleep(0.1)
+                    total += LONG_GAP_S * 1_000_000_000
+                    os.pwrite(moved.fileno(), struct.pack("=q", total), 0)
+                    conn.send_tolerating_reset(ask[16:])
+                said.append(status_or_cut(conn))
+                if said[-1] != 200:
+                    break
+    lab.expect(said[0] == 200,
+               f"once the server had been up {JUMP_MS / 86_400_000:.1f} days "
+               "(CLOCK_MONOTONIC jumped ahead after its start), a request was "
+               f"{said[0]}: a deadline kept in int milliseconds since the "
+               "server started passes INT_MAX (2^31 - 1) after 24.8 days "
+               "and lies in the past (or wraps to a negative time): every "
+               "client is dropped for the next 24.8 days; keep now_ms()'s "
+               "int64_t milliseconds; watch it: an LD_PRELOAD "
+               "clock_gettime() that adds 2,147,480 s to CLOCK_MONOTONIC "
+               "once the server has run a second, then curl")
+    lab.expect(said[-1] == 200,
+               f"on one keep-alive connection, requests whose waits and "
+               f"lengths were all inside the limits (CLOCK_MONOTONIC jumping "
+               f"{LONG_GAP_S} s before each, as while the server waited, and "
+               f"{LONG_GAP_S} s between the two pieces of the last): request "
+               f"{len(said)} of {LONG_REQUESTS}, "
+               f"{(len(said) - 1) * LONG_GAP_S} s of the server's clock after "
+               f"the first, was {said[-1]}: a cap on the connection's "
+               "lifetime (a clock of the connection, not of each request)? "
+               "Each request has 10 s of its own from its first byte, and "
+               "each wait between two the idle 5 s: a keep-alive client "
+               "that keeps within them is served however long it stays, "
+               "and a request begun is never cut inside its own 10 s; "
+               "watch it: keep-alive requests 4 s apart for a minute, the "
+               "last in two pieces 3 s apart")
 
 
 # A shim (LD_PRELOAD) that takes the server's descriptors 3 to HIGH_FD
