@@ -8,16 +8,18 @@ touched in reserve), with a guard page below every stack (an overflow
 must fault, not overwrite). The sizes are read from the server's own
 memory map, whatever sets them."""
 
+import mmap
 import os
 import re
 import resource
 import socket
+import struct
 import subprocess
 import time
 from pathlib import Path
 
 from grading import (Grader, HeldClients, Unmet, _strace,  # labs/grading.py
-                     FOOTPRINT, ab_said, build, asking_clients, code_only,
+                     FOOTPRINT, ab_said, build, build_shim, asking_clients, code_only,
                      connections, footprint,
                      function_body, get, heap_blocks, idle_clients,
                      kept_clients,
@@ -43,13 +45,22 @@ CROWD = 2500  # clients at once, past any fixed number of stacks kept ready
 # pool capped at 4,096 stacks (which then falls back to glibc's default,
 # 8 MiB), at no more than the cost of connecting them.
 CROWD_MAX = 5000
+# Then HOLD clients more, each given a thread that never ends (the preloaded
+# thread shim's, no real thread: see THREAD_SHIM), and one more client's GET
+# must be answered: the server's limit on clients is the system's (pid_max,
+# 32,768 here, or memory), not a count of its own past the 5,000 a stack
+# size must hold (a cap at 6,000 or 8,192 is one).
+HOLD = 20000
 FILES = ("/style.css", "/index.html", "/notes.txt")  # asked for at once
 ASKS = 5000  # keep-alive requests for each of FILES, 4 at a time each
 # serve_static()'s other ways out, each with a heap block count of its own:
 # a missing file (404) and a directory asked for without its slash (301,
 # whose Location is built per request). A block lost on either, per
 # request, is ERRORS more.
-ERROR_PATHS = (("/no/such/page", 404), ("/img", 301))
+# And a range past a file's end (416, static_response()'s own early return,
+# its headers formatted for it).
+ERROR_PATHS = (("/no/such/page", 404, None), ("/img", 301, None),
+               ("/style.css", 416, "Range: bytes=999999-"))
 ERRORS = 2000  # keep-alive requests for each, 4 at a time
 # Refused requests one after another: their lingering close must leave
 # nothing behind either: the address space within REFUSAL_SLACK_KB, and
@@ -103,6 +114,13 @@ HELD_UP_S = 2.5
 # for as long as the limit lasts, and no one else is even accepted (the
 # reference: a few ms each).
 DROPPED = 3
+# Then a thread limit that lasts: REFUSED_N clients, each refused a thread
+# (the thread shim fails their pthread_create(), EAGAIN, at no real
+# connection's cost), past pid_max (32,768 here); once it is over,
+# /style.css answers 200: a count of live threads taken before
+# pthread_create() and not given back when it fails reaches any cap of its
+# own and refuses everyone for ever.
+REFUSED_N = 40000
 SERIAL = 4000  # connections one after another: none may leave memory
 # behind, nor take the stack of a client that stays
 # ...a quarter of them for the guestbook (its Redis round trips, on a Redis
@@ -357,7 +375,8 @@ def guards(lab):
               f"each stack at most {STACK_KB} KiB")
 def crowd(lab):
     raise_open_file_limit()
-    server = start(lab)
+    shim_env, flood = thread_shim(lab)
+    server = start(lab, preloaded(ENV, shim_env))
     ask = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n"
     partial = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n"  # its end never sent
     try:
@@ -440,8 +459,167 @@ def crowd(lab):
                    f"for at once: {failures(done)} (a Length failure is "
                    "another file's bytes: a buffer the threads share?)")
     alive(lab, server, f"{len(FILES)} keep-alive loads at once")
+    left = flood(server.port, HOLD, HELD)
+    try:
+        status, _ = get(server.port, "/style.css")
+    except OSError as error:
+        status = f"nothing ({error.__class__.__name__})"
+    alive(lab, server, f"{HOLD} clients each given a thread that never ends")
+    lab.expect(left <= 0 and status == 200, f"GET /style.css answered "
+               f"{status} once {HOLD - max(left, 0)} clients more had each "
+               "been given a thread that is still serving them (the "
+               "preloaded thread shim's: pthread_create() succeeded, and "
+               "the thread never ends): the server's limit on clients is "
+               f"the system's (pid_max, {PID_MAX} here, or memory), not a "
+               f"count of its own (the stack size must hold {CROWD_MAX} "
+               "at once, not cap them there or a little past); watch: "
+               "./threaded 8000 and 7,000 idle clients, then curl "
+               "http://127.0.0.1:8000/style.css")
     return (f"{threads - 1} threads at most, one more client answered "
-            f"beside them, stacks of {sizes} KiB")
+            f"beside them, stacks of {sizes} KiB; {HOLD} threads more that "
+            "never end, one more client answered")
+
+
+# Many clients without their cost: a library preloaded (LD_PRELOAD) that,
+# while the grader asks (a page it shares with the server), hands the
+# accept loop clients of its own (accept4()/accept() return fresh sockets
+# at once, no connection behind them) and answers the pthread_create()
+# for each: "held" (it reports success, and closes that socket: as a
+# thread that is still serving its client, which never ends) or "refused"
+# (EAGAIN, as at the thread limit). A thousand of these cost a few ms,
+# where a thousand real clients at once cost a thousand threads.
+THREAD_SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* [0] clients still to hand out, [1] 1: refuse every thread, 2: hold the
+ * ones made for those clients, [2] pthread_create() calls answered so */
+static int64_t *page;
+static __thread int made = -1; /* the last client handed out */
+
+__attribute__((constructor)) static void map_page(void)
+{
+    const char *path = getenv("LAB_THREAD_CONTROL");
+    int fd = path ? open(path, O_RDWR | O_CLOEXEC) : -1;
+    if (fd < 0)
+        return;
+    void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p != MAP_FAILED)
+        page = p;
+}
+
+static int hand_out(int flags)
+{
+    if (!page || __atomic_load_n(&page[0], __ATOMIC_SEQ_CST) <= 0)
+        return -2;
+    int fd = socket(AF_INET, SOCK_STREAM | (flags & SOCK_CLOEXEC), 0);
+    if (fd >= 0) {
+        made = fd;
+        __atomic_sub_fetch(&page[0], 1, __ATOMIC_SEQ_CST);
+    }
+    return fd;
+}
+
+int accept4(int s, struct sockaddr *addr, socklen_t *len, int flags)
+{
+    static int (*real)(int, struct sockaddr *, socklen_t *, int);
+    int fd = hand_out(flags);
+    if (fd != -2)
+        return fd;
+    if (!real)
+        real = (int (*)(int, struct sockaddr *, socklen_t *, int))dlsym(
+            RTLD_NEXT, "accept4");
+    return real(s, addr, len, flags);
+}
+
+int accept(int s, struct sockaddr *addr, socklen_t *len)
+{
+    static int (*real)(int, struct sockaddr *, socklen_t *);
+    int fd = hand_out(0);
+    if (fd != -2)
+        return fd;
+    if (!real)
+        real = (int (*)(int, struct sockaddr *, socklen_t *))dlsym(
+            RTLD_NEXT, "accept");
+    return real(s, addr, len);
+}
+
+int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
+                   void *(*start)(void *), void *arg)
+{
+    static int (*real)(pthread_t *, const pthread_attr_t *,
+                       void *(*)(void *), void *);
+    int64_t mode = page ? __atomic_load_n(&page[1], __ATOMIC_SEQ_CST) : 0;
+    if (mode == 1) {
+        __atomic_add_fetch(&page[2], 1, __ATOMIC_SEQ_CST);
+        return EAGAIN;
+    }
+    if (mode == 2 && made >= 0) {
+        close(made);
+        made = -1;
+        *thread = pthread_self();
+        __atomic_add_fetch(&page[2], 1, __ATOMIC_SEQ_CST);
+        return 0;
+    }
+    made = -1;
+    if (!real)
+        real = (int (*)(pthread_t *, const pthread_attr_t *,
+                        void *(*)(void *), void *))dlsym(RTLD_NEXT,
+                                                         "pthread_create");
+    return real(thread, attr, start, arg);
+}
+"""
+HELD, REFUSED = 2, 1  # the shim's modes
+PID_MAX = Path("/proc/sys/kernel/pid_max").read_text().strip()
+
+
+def thread_shim(lab):
+    """(env to start the server with, a function that hands the server
+    count clients of the shim's own, each thread held or refused, and
+    returns once the accept loop has taken them all (or did not within a
+    few seconds: the count left)."""
+    shim = build_shim(lab, "thread_shim", THREAD_SHIM, "-ldl")
+    control = lab.workdir / "thread_shim.page"
+    control.write_bytes(bytes(mmap.PAGESIZE))
+    with control.open("r+b") as file:
+        view = mmap.mmap(file.fileno(), mmap.PAGESIZE)
+
+    def flood(port, count, mode):
+        struct.pack_into("qqq", view, 0, 0, mode, 0)
+        struct.pack_into("q", view, 0, count)
+        try:  # the accept loop waits in accept(): a client wakes it
+            with socket.create_connection(("127.0.0.1", port),
+                                          timeout=seconds(5)):
+                pass
+        except OSError:
+            pass
+        left = wait_for(lambda: struct.unpack_from("q", view, 0)[0],
+                        lambda n: n <= 0, limit=10)
+        time.sleep(0.05)  # the last one's pthread_create()
+        struct.pack_into("qq", view, 0, 0, 0)
+        return left
+
+    return {"LD_PRELOAD": str(shim), "LAB_THREAD_CONTROL": str(control)}, \
+        flood
+
+
+def preloaded(*envs):
+    """envs merged, their LD_PRELOAD libraries all kept."""
+    merged = {}
+    for env in envs:
+        for key, value in env.items():
+            merged[key] = (f"{merged[key]} {value}" if key == "LD_PRELOAD"
+                           and key in merged else value)
+    return merged
 
 
 def guarded_stacks(pid):
@@ -698,7 +876,8 @@ def dropped_at_once(lab, server):
               "accept never held up, the server lives")
 def out_of_threads(lab):
     env, blocks = heap_blocks(lab)
-    server = start(lab, {**ENV, **env})
+    shim_env, flood = thread_shim(lab)
+    server = start(lab, preloaded(ENV, env, shim_env))
     spurned(lab, server, SPURNED // 5)
     before = footprint(server.pid)[:2]
     first = blocks()
@@ -738,6 +917,23 @@ def out_of_threads(lab):
     status, _ = get(server.port, "/style.css")
     lab.expect(status == 200, f"GET /style.css answered {status} after "
                "pthread_create() failed")
+    left = flood(server.port, REFUSED_N, REFUSED)
+    try:
+        status, _ = get(server.port, "/style.css")
+    except OSError as error:
+        status = f"nothing ({error.__class__.__name__})"
+    alive(lab, server, f"{REFUSED_N} clients refused a thread")
+    lab.expect(left <= 0 and status == 200, f"GET /style.css answered "
+               f"{status} once a thread limit that refused "
+               f"{REFUSED_N - max(left, 0)} clients one after another was "
+               "over (the preloaded thread shim failed their "
+               "pthread_create(), EAGAIN; past pid_max, "
+               f"{PID_MAX} here, as a long stretch at the limit may): "
+               "a count of threads taken for a client refused a thread "
+               "and never given back refuses everyone for ever once it "
+               "reaches a cap; watch: strace -e inject=clone,clone3:"
+               "error=EAGAIN -p PID over 40,000 connections, then curl "
+               "http://127.0.0.1:8000/style.css")
     held = status_field(server.pid, "VmSize") + STARVED_KB
     resource.prlimit(server.pid, resource.RLIMIT_AS,
                      (held * 1024, resource.RLIM_INFINITY))
@@ -775,11 +971,12 @@ def out_of_threads(lab):
             f"connections, half refused a thread; a GET answered in "
             f"{took[0] * 1000:.0f} ms beside a stalled client; with every "
             f"pthread_create() failing, {DROPPED} clients dropped within "
-            f"{took[1] * 1000:.0f} ms each; alive past "
+            f"{took[1] * 1000:.0f} ms each; /style.css answered after "
+            f"{REFUSED_N} refused; alive past "
             f"{held} KiB")
 
 
-@grader.check(10, f"{ERRORS} 404s and 301s, {FORMS} refused forms "
+@grader.check(10, f"{ERRORS} 404s, 301s and 416s, {FORMS} refused forms "
               f"(Expect), {SERIAL} connections one after another, then "
               f"{REFUSALS} refused ones, leave no memory behind, beside a "
               "client that stays")
@@ -864,33 +1061,39 @@ def error_blocks(lab, server, blocks):
     status, and the heap blocks in use back within BLOCK_SLACK of where the
     warm-up left them. Returns the growth, for the PASS line."""
     said = []
-    for path, status in ERROR_PATHS:
+    for path, status, header in ERROR_PATHS:
+        asked = f"{path} with {header}" if header else path
         def load(count):
             done = subprocess.run(
                 ["ab", "-q", "-k", "-n", str(count), "-c", "4", "-s",
-                 str(int(seconds(30))), f"http://127.0.0.1:{server.port}"
-                 f"{path}"], capture_output=True, text=True,
-                timeout=seconds(120))
+                 str(int(seconds(30))), *(["-H", header] if header else []),
+                 f"http://127.0.0.1:{server.port}{path}"],
+                capture_output=True, text=True, timeout=seconds(120))
             lab.expect(done.returncode == 0 and re.search(
                 rf"Complete requests: +{count}\n", done.stdout) and
                 "Failed requests:        0" in done.stdout,
-                f"ab -k -n {count} -c 4 {path} (a {status}) failed: "
+                f"ab -k -n {count} -c 4 {asked} (a {status}) failed: "
                 f"{failures(done)}")
         load(ERRORS // 5)
         first = blocks()
         load(ERRORS)
         more = wait_for(lambda: blocks() - first,
                         lambda n: n <= BLOCK_SLACK, limit=5)
-        alive(lab, server, f"{ERRORS} keep-alive requests for {path}")
-        code, _ = get(server.port, path)
-        lab.expect(code == status, f"GET {path} answered {code}, not "
+        alive(lab, server, f"{ERRORS} keep-alive requests for {asked}")
+        with Connection(server.port, timeout=seconds(5)) as conn:
+            conn.send(f"GET {path} HTTP/1.1\r\nHost: x\r\n"
+                      f"{header + chr(13) + chr(10) if header else ''}"
+                      "Connection: close\r\n\r\n".encode())
+            code = conn.read_response().status
+        lab.expect(code == status, f"GET {asked} answered {code}, not "
                    f"{status}")
         lab.expect(more <= BLOCK_SLACK, f"{more:+} heap blocks in use "
                    f"(malloc less free, at most {BLOCK_SLACK}) after "
-                   f"{ERRORS} requests for {path} (a {status}, ab -k -c 4): "
-                   f"a block allocated per request is not freed on the way "
+                   f"{ERRORS} requests for {asked} (a {status}, ab -k -c 4):"
+                   f" a block allocated per request is not freed on the way "
                    f"out of a {status} (an early return?); watch: valgrind "
                    "--leak-check=full ./threaded 8000, then curl "
+                   f"{'-H ' + repr(header) + ' ' if header else ''}"
                    f"http://127.0.0.1:8000{path}")
         said.append(f"{more:+} after {ERRORS} x {status}")
     return ", ".join(said)
@@ -980,6 +1183,9 @@ def function_names(code):
 # Writable arrays the starter itself declares at file scope: none (its
 # one, placeholders[], is const).
 STARTER_GLOBALS = set()
+# Static structs with a byte pointer that the starter itself hands by address
+# to a function: (function or None, name).
+STARTER_HANDED = set()
 # Structs holding a byte array the starter itself keeps in static storage:
 # none (its date caches are thread-local): (function or None, name).
 STARTER_AGGREGATES = set()
@@ -1126,6 +1332,50 @@ def static_members(code):
                 r"\bconst\b", member[1]):
             found.append((m.start(), m[1], m[2], m[3]))
     return found
+
+
+def static_handed(code):
+    """[(offset, object, member, function, scope)] of each object in static
+    storage (static_objects) of a struct type with a byte pointer member
+    (char *, uint8_t *, void *; not a pointer to const) that code hands,
+    whole, by address to a function (sb_reserve(&location, ...)): that
+    function may point the member at a heap buffer (realloc() inside a
+    helper), one buffer that every thread writes, all the same."""
+    objects, bodies, found = static_objects(code), aggregate_bodies(code), []
+    for name, (kind, scope) in objects.items():
+        members = [m for m in re.finditer(
+            r"(?:^|(?<=[;{]))([^;{}]*?)\*\s*([A-Za-z_]\w*)\s*(?=[;,\[])",
+            bodies.get(kind, "")) if re.search(BYTE_TYPES, m[1]) and
+            not re.search(r"\bconst\b", m[1])]
+        if not members:
+            continue
+        where = function_body(code, scope)[1] if scope else code
+        start = code.find(where) if scope else 0
+        for m in re.finditer(rf"&\s*{name}\s*[,)]", where):
+            function = called_with(where, m.start())
+            if function:
+                found.append((max(start, 0) + m.start(), name,
+                              members[0][2], function, scope))
+                break
+    return found
+
+
+def called_with(code, at):
+    """The function whose call's arguments hold code[at] (the innermost
+    parenthesis open there, with a name before it that is not a keyword),
+    or None."""
+    depth = 0
+    for i in range(at - 1, -1, -1):
+        if code[i] in ";{}":
+            return None
+        depth += {")": 1, "(": -1}.get(code[i], 0)
+        if depth < 0:
+            name = re.search(r"([A-Za-z_]\w*)\s*$", code[:i])
+            if name and name[1] not in ("if", "while", "for", "switch",
+                                        "sizeof", "return"):
+                return name[1]
+            depth = 0
+    return None
 
 
 BYTE_MEMBER = re.compile(r"(?:^|(?<=[;{]))\s*((?:(?!\bconst\b)[^;{}*])*?\b(?:char|"
@@ -1283,6 +1533,19 @@ def shared_buffers(lab):
                    "answered with another's bytes (another redirect's "
                    "Location); a buffer stays on the stack (it is what the "
                    "stack is for) or is allocated per request (and freed)")
+    for at, name, member, function, scope in static_handed(code):
+        if (scope, name) in STARTER_HANDED:
+            continue
+        line = code.count("\n", 0, at) + 1
+        lab.expect(False, f"{scope + '()' if scope else 'file scope'} keeps "
+                   f"{name} in static storage, a struct whose {member} "
+                   f"points at bytes, and hands it to {function}() (line "
+                   f"{line}: {lines[line - 1].strip()[:70]!r}), which may "
+                   "point it at a heap buffer: one buffer that every thread "
+                   "writes at once, so a request can be answered with "
+                   "another's bytes (another redirect's Location); a buffer "
+                   "stays on the stack (it is what the stack is for) or is "
+                   "allocated per request (and freed)")
     return "no static buffer"
 
 
