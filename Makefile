@@ -53,7 +53,9 @@ deps:
 # The tests that measure nothing against time run TEST_JOBS at a time (they
 # mostly wait on sockets and timeouts), and beside them the labs are graded
 # (tools/lab check, LAB_JOBS gradings at once, any lab's: a verdict that
-# differs is graded again alone; up to LAB_MOST while the CPUs idle); the
+# differs is graded again alone; up to LAB_MOST while the CPUs idle; and
+# LAB_ASLEEP lanes of their own for slowloris, whose gradings sleep 99% of
+# their 1,500 s: in the shared lanes they made the labs lane-bound); the
 # labs start first, as soon as the servers are built; the tests marked
 # serial run alone after. From a fresh clone on 2026-11-29 (2 cores), at
 # 336efe4: 807 s in all, the parallel tests 355 s beside the labs' 717 s
@@ -62,9 +64,10 @@ deps:
 # labs/work/check-times.tsv), serial 83 s, the CPUs 80% busy (700 s user +
 # 592 s sys): CPU-bound, the serial phase mostly idle (tools/trace's runs
 # want the machine to themselves). Two more runs: 857 and 861 s.
-TEST_JOBS ?= 8
-LAB_JOBS  ?= 8
-LAB_MOST  ?= 16
+TEST_JOBS  ?= 8
+LAB_JOBS   ?= 8
+LAB_MOST   ?= 16
+LAB_ASLEEP ?= 4
 PYTEST = "$$(tools/python pytest httplint xdist)" -m pytest tests/
 LAB_LOG := labs/work/check.log
 # The parallel tests' output is kept too: their failures are printed again
@@ -78,7 +81,7 @@ test: deps
 	$(MAKE) -j 2 all
 	@mkdir -p $(dir $(LAB_LOG)); rm -f $(TEST_LOG).rc
 	tools/lab check -j $(LAB_JOBS) --most $(LAB_MOST) \
-	    --times $(LAB_LOG:.log=-times.tsv) \
+	    --asleep $(LAB_ASLEEP) --times $(LAB_LOG:.log=-times.tsv) \
 	    > $(LAB_LOG) 2>&1 & labs=$$!; \
 	trap 'kill $$labs 2>/dev/null' INT TERM; \
 	$(MAKE) -j 2 asan && fuzz/run --check && \
