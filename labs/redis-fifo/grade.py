@@ -381,19 +381,7 @@ def expired_turn(lab, server):
                                     timeout=seconds(5))
     with kept:
         kept.sendall(b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n")
-        data = b""  # its answer read: the server watches it again
-        while b"\r\n\r\n" not in data:
-            chunk = kept.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = re.search(rb"(?i)content-length: *(\d+)", head)
-        while length and len(body) < int(length[1]):
-            chunk = kept.recv(65536)
-            if not chunk:
-                break
-            body += chunk
+        read_answer(kept)  # read whole: the server watches it again
         took = []
         inbox = redis_inbox(lab)
         if inbox:
@@ -430,6 +418,24 @@ def expired_turn(lab, server):
     return took[0]
 
 
+def read_answer(sock):
+    """One answer on a keep-alive connection, its head and its
+    Content-Length body read whole (less if the server closes)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = re.search(rb"(?i)content-length: *(\d+)", head)
+    while length and len(body) < int(length[1]):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+
+
 def left_waiter_then_page(port):
     """On a stalled Redis: a keep-alive client asks for a file, then for a
     page, and leaves (a reset) LEAVE_AFTER s later; a new page comes
@@ -438,19 +444,7 @@ def left_waiter_then_page(port):
     with socket.create_connection(("127.0.0.1", port),
                                   timeout=seconds(5)) as gone:
         gone.sendall(b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n\r\n")
-        data = b""  # its answer read: the server watches it again
-        while b"\r\n\r\n" not in data:
-            chunk = gone.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = re.search(rb"(?i)content-length: *(\d+)", head)
-        while length and len(body) < int(length[1]):
-            chunk = gone.recv(65536)
-            if not chunk:
-                break
-            body += chunk
+        read_answer(gone)  # read whole: the server watches it again
         gone.sendall(b"GET /guestbook HTTP/1.1\r\nHost: x\r\n\r\n")
         first = time.monotonic()
         time.sleep(LEAVE_AFTER)

@@ -460,10 +460,7 @@ def crowd(lab):
                    "another file's bytes: a buffer the threads share?)")
     alive(lab, server, f"{len(FILES)} keep-alive loads at once")
     left = flood(server.port, HOLD, HELD)
-    try:
-        status, _ = get(server.port, "/style.css")
-    except OSError as error:
-        status = f"nothing ({error.__class__.__name__})"
+    status = style_status(server.port)
     alive(lab, server, f"{HOLD} clients each given a thread that never ends")
     lab.expect(left <= 0 and status == 200, f"GET /style.css answered "
                f"{status} once {HOLD - max(left, 0)} clients more had each "
@@ -580,6 +577,14 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
 """
 HELD, REFUSED = 2, 1  # the shim's modes
 PID_MAX = Path("/proc/sys/kernel/pid_max").read_text().strip()
+
+
+def style_status(port):
+    """GET /style.css's status, or "nothing (the error)" if no answer."""
+    try:
+        return get(port, "/style.css")[0]
+    except OSError as error:
+        return f"nothing ({error.__class__.__name__})"
 
 
 def thread_shim(lab):
@@ -918,10 +923,7 @@ def out_of_threads(lab):
     lab.expect(status == 200, f"GET /style.css answered {status} after "
                "pthread_create() failed")
     left = flood(server.port, REFUSED_N, REFUSED)
-    try:
-        status, _ = get(server.port, "/style.css")
-    except OSError as error:
-        status = f"nothing ({error.__class__.__name__})"
+    status = style_status(server.port)
     alive(lab, server, f"{REFUSED_N} clients refused a thread")
     lab.expect(left <= 0 and status == 200, f"GET /style.css answered "
                f"{status} once a thread limit that refused "

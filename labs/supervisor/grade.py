@@ -577,21 +577,10 @@ def bursts(lab):
     # that took longer than it is negative: sigtimedwait() fails with
     # EINVAL at once, for ever, a spin deaf to every signal).
     victims = workers[:WORKERS - 1]
-    seen = []
-
-    def burst_while_one_fork_fails():
-        die_behind_one_sigchld(server, victims)
-        seen.append(wait_for(
-            lambda: (live_children(server.pid), zombie_children(server.pid)),
-            lambda lz: len(lz[0]) >= WORKERS - 1 and not lz[1]
-            and not set(lz[0]) & set(victims),
-            limit=ONCE_FAILING_DELAY + 2))
-
-    _strace(server.pid, ["clone"], burst_while_one_fork_fails, "-e",
-            "inject=clone:error=EAGAIN:delay_exit="
-            f"{int(seconds(ONCE_FAILING_DELAY) * 1e6)}:when=1")
-    live, zombies = seen[0]
-    live = [p for p in live if p not in victims]
+    live, zombies = burst_one_fork_failing(
+        server, victims, "inject=clone:error=EAGAIN:delay_exit="
+        f"{int(seconds(ONCE_FAILING_DELAY) * 1e6)}:when=1",
+        ONCE_FAILING_DELAY + 2)
     lab.expect(len(live) >= WORKERS - 1 and not zombies, f"{len(live)} live "
                f"workers of {WORKERS} (and {len(zombies)} zombies) "
                f"{ONCE_FAILING_DELAY + 2:g} s after {len(victims)} died "
@@ -646,19 +635,8 @@ def bursts(lab):
     # others empty until some later death).
     server, workers = pool(lab)
     victims = workers[:WORKERS - 1]
-    seen = []
-
-    def burst_while_one_fork_fails_enomem():
-        die_behind_one_sigchld(server, victims)
-        seen.append(wait_for(
-            lambda: (live_children(server.pid), zombie_children(server.pid)),
-            lambda lz: len(lz[0]) >= WORKERS - 1 and not lz[1]
-            and not set(lz[0]) & set(victims), limit=2))
-
-    _strace(server.pid, ["clone"], burst_while_one_fork_fails_enomem, "-e",
-            "inject=clone:error=ENOMEM:when=1")
-    live, zombies = seen[0]
-    live = [p for p in live if p not in victims]
+    live, zombies = burst_one_fork_failing(
+        server, victims, "inject=clone:error=ENOMEM:when=1", 2)
     lab.expect(len(live) >= WORKERS - 1 and not zombies, f"{len(live)} live "
                f"workers of {WORKERS} (and {len(zombies)} zombies) 2 s after "
                f"{len(victims)} died behind one SIGCHLD while the next fork() "
@@ -670,6 +648,25 @@ def bursts(lab):
                "later death); watch: strace -e inject=clone:error=ENOMEM:"
                "when=1 -p PID, kill -STOP PID, kill -9 three workers, kill "
                "-CONT PID, ps -o pid,stat --ppid PID")
+
+
+def burst_one_fork_failing(server, victims, inject, limit):
+    """The victims die behind one SIGCHLD while strace injects `inject`
+    into the supervisor's clone(): (the live workers but the victims, the
+    zombies) once all but one slot are filled again and no zombie is left,
+    or as they were `limit` s later."""
+    seen = []
+
+    def burst():
+        die_behind_one_sigchld(server, victims)
+        seen.append(wait_for(
+            lambda: (live_children(server.pid), zombie_children(server.pid)),
+            lambda lz: len(lz[0]) >= WORKERS - 1 and not lz[1]
+            and not set(lz[0]) & set(victims), limit=limit))
+
+    _strace(server.pid, ["clone"], burst, "-e", inject)
+    live, zombies = seen[0]
+    return [p for p in live if p not in victims], zombies
 
 
 @grader.check(5, f"a replacement that dies is replaced in turn, {ROUNDS} "
