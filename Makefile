@@ -58,12 +58,13 @@ deps:
 # their 1,500 s: in the shared lanes they made the labs lane-bound); the
 # labs start first, as soon as the servers are built; the tests marked
 # serial run alone after. From a fresh clone on 2026-11-29 (2 cores), at
-# 336efe4: 807 s in all, the parallel tests 355 s beside the labs' 717 s
-# (697 wrong and 117 right answers, 26 right ones the same program as
-# another and graded once; their gradings 879 CPU-s, 306 of them builds:
-# labs/work/check-times.tsv), serial 83 s, the CPUs 80% busy (700 s user +
-# 592 s sys): CPU-bound, the serial phase mostly idle (tools/trace's runs
-# want the machine to themselves). Two more runs: 857 and 861 s.
+# 063fc37: 868 s in all, the parallel tests 450 s beside the labs' 777 s
+# (735 wrong and 127 right answers, 35 right ones the same program as
+# another and graded once; their gradings 885 CPU-s, 349 of them builds:
+# labs/work/check-times.tsv), serial 85 s, the CPUs 80% busy (785 s user +
+# 605 s sys); at b38e485, without the sleeping lanes, 889 s (labs 796 s,
+# lane-bound: 6,600 s of gradings in 8-16 lanes). The CI machine ran
+# session 17's commit 2.5% slower than this one (914 s, here 892 s).
 TEST_JOBS  ?= 8
 LAB_JOBS   ?= 8
 LAB_MOST   ?= 16
