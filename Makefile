@@ -62,7 +62,8 @@ deps:
 # (735 wrong and 127 right answers, 35 right ones the same program as
 # another and graded once; their gradings 885 CPU-s, 349 of them builds:
 # labs/work/check-times.tsv), serial 85 s, the CPUs 80% busy (785 s user +
-# 605 s sys); at b38e485, without the sleeping lanes, 889 s (labs 796 s,
+# 605 s sys), and 898 s at cd398bb (4 verdicts graded again alone at the
+# end); at b38e485, without the sleeping lanes, 889 s (labs 796 s,
 # lane-bound: 6,600 s of gradings in 8-16 lanes). The CI machine ran
 # session 17's commit 2.5% slower than this one (914 s, here 892 s).
 TEST_JOBS  ?= 8
