@@ -138,15 +138,21 @@ def send_page_requests(port, count):
     return asking_clients(port, count, PAGE)
 
 
-def status_of(sock):
-    """The status of the answer on sock (0: closed without one), then
-    closes it; a socket timeout propagates."""
+def received_until(sock, marker):
+    """What sock gave until `marker` came (or it closed)."""
     data = b""
-    while b"\r\n" not in data:
-        chunk = sock.recv(4096)
+    while marker not in data:
+        chunk = sock.recv(65536)
         if not chunk:
             break
         data += chunk
+    return data
+
+
+def status_of(sock):
+    """The status of the answer on sock (0: closed without one), then
+    closes it; a socket timeout propagates."""
+    data = received_until(sock, b"\r\n")
     sock.close()
     return int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else 0
 
@@ -421,13 +427,8 @@ def expired_turn(lab, server):
 def read_answer(sock):
     """One answer on a keep-alive connection, its head and its
     Content-Length body read whole (less if the server closes)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
+    end = b"\r\n\r\n"
+    head, _, body = received_until(sock, end).partition(end)
     length = re.search(rb"(?i)content-length: *(\d+)", head)
     while length and len(body) < int(length[1]):
         chunk = sock.recv(65536)

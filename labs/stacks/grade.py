@@ -1468,6 +1468,13 @@ def static_aggregates(code):
         found.append((m.start(), declared[2], member, scope))
 
 
+# Why a buffer in static storage is wrong, in every review message.
+SHARED_BUFFER = ("that every thread writes at once, so a request can be "
+                 "answered with another's bytes (another redirect's "
+                 "Location); a buffer stays on the stack (it is what the "
+                 "stack is for) or is allocated per request (and freed)")
+
+
 @grader.check(5, "no writable buffer in static storage, in a function or "
               "at file scope (a source review): every thread would share it")
 def shared_buffers(lab):
@@ -1521,20 +1528,13 @@ def shared_buffers(lab):
                    f"({scope + '()' if scope else 'file scope'}, line "
                    f"{line}: {lines[line - 1].strip()[:70]!r}) set from "
                    f"{set_from[0].split('=')[-1].strip()[:-1].strip()}(): "
-                   "one heap buffer that every thread writes at once, so a "
-                   "request can be answered with another's bytes (another "
-                   "redirect's Location); a buffer stays on the stack (it "
-                   "is what the stack is for) or is allocated per request "
-                   "(and freed)")
+                   f"one heap buffer {SHARED_BUFFER}")
     for at, name, member, allocator in static_members(code):
         line = code.count("\n", 0, at) + 1
         lab.expect(False, f"{name}.{member}, a pointer in {name} (static "
                    f"storage), is set from {allocator}() (line {line}: "
-                   f"{lines[line - 1].strip()[:70]!r}): one heap buffer that "
-                   "every thread writes at once, so a request can be "
-                   "answered with another's bytes (another redirect's "
-                   "Location); a buffer stays on the stack (it is what the "
-                   "stack is for) or is allocated per request (and freed)")
+                   f"{lines[line - 1].strip()[:70]!r}): one heap buffer "
+                   f"{SHARED_BUFFER}")
     for at, name, member, function, scope in static_handed(code):
         if (scope, name) in STARTER_HANDED:
             continue
@@ -1543,11 +1543,7 @@ def shared_buffers(lab):
                    f"{name} in static storage, a struct whose {member} "
                    f"points at bytes, and hands it to {function}() (line "
                    f"{line}: {lines[line - 1].strip()[:70]!r}), which may "
-                   "point it at a heap buffer: one buffer that every thread "
-                   "writes at once, so a request can be answered with "
-                   "another's bytes (another redirect's Location); a buffer "
-                   "stays on the stack (it is what the stack is for) or is "
-                   "allocated per request (and freed)")
+                   f"point it at a heap buffer: one buffer {SHARED_BUFFER}")
     return "no static buffer"
 
 
