@@ -33,11 +33,16 @@ from grading import (Grader, asking_clients, attach_strace,  # labs/grading.py
 from rawhttp import Connection, open_asking  # tests/rawhttp.py
 
 IDLE = 8000  # idle keep-alive clients beside the busy ones
-REQUESTS = 40000  # keep-alive requests for /, 50 at a time: a walk over
-# every watch per ready fd costs IDLE x REQUESTS steps (41-50 ticks against
-# the reference's 4-6 for its whole load, on 2026-11-29): far past the
-# bound, even on a machine whose cache makes a step a few times cheaper
-# (at 5,000 x 20,000, 10 ticks against 2, one passed the CI's run)
+REQUESTS = 25000  # keep-alive requests for /, BUSY at a time: a walk over
+# every watch per ready fd costs IDLE x REQUESTS steps (22-25 ticks against
+# the reference's 2-3 for its whole load at 20,000, 41-50 against 4-6 at
+# 40,000, on 2026-11-29): past the bound with room, even on a machine
+# whose cache makes a step cheaper (at 5,000 x 20,000, 10 ticks against 2,
+# one passed the CI's run); each grading costs both servers' sys time for
+# poll()s over all of them (~3.4 s of CPU alone at 20,000, 5.6 at 40,000)
+BUSY = 200  # ab's connections: more ready per poll() than 50 gave, so fewer
+# poll()s over all the idle ones (the sys time of both servers: 3.5 s of
+# CPU for a grading alone, 4.7 at 50), the same lookups
 REFRESH_S = 3  # each idle client asks again this often while the busy ones
 # do: on a loaded machine the load outlasts the server's 5 s idle timeout,
 # and a walk over idle clients the server has closed costs nothing
@@ -384,7 +389,8 @@ def busy_beside(lab, server, idle, hint=""):
     refresher = threading.Thread(target=refresh, daemon=True)
     refresher.start()
     try:
-        return keepalive_load(lab, server.port, REQUESTS, hint=hint)
+        return keepalive_load(lab, server.port, REQUESTS, concurrency=BUSY,
+                              hint=hint)
     finally:
         stop.set()
         refresher.join()
