@@ -58,14 +58,13 @@ deps:
 # their 1,500 s: in the shared lanes they made the labs lane-bound); the
 # labs start first, as soon as the servers are built; the tests marked
 # serial run alone after. From a fresh clone on 2026-11-29 (2 cores), at
-# 063fc37: 868 s in all, the parallel tests 450 s beside the labs' 777 s
+# e864204: 792 s in all, the parallel tests 418 s beside the labs' 697 s
 # (735 wrong and 127 right answers, 35 right ones the same program as
-# another and graded once; their gradings 885 CPU-s, 349 of them builds:
-# labs/work/check-times.tsv), serial 85 s, the CPUs 80% busy (785 s user +
-# 605 s sys), and 898 s at cd398bb (4 verdicts graded again alone at the
-# end); at b38e485, without the sleeping lanes, 889 s (labs 796 s,
-# lane-bound: 6,600 s of gradings in 8-16 lanes). The CI machine ran
-# session 17's commit 2.5% slower than this one (914 s, here 892 s).
+# another and graded once; their gradings 755 CPU-s, 210 of them builds at
+# -O0: labs/work/check-times.tsv), serial 85 s (642 s user + 622 s sys);
+# at 063fc37, with builds at -O1, 868 s (builds 349 CPU-s), and 898 s at
+# cd398bb. The CI machine ran session 17's commit 2.5% slower than this
+# one (914 s, here 892 s).
 TEST_JOBS  ?= 8
 LAB_JOBS   ?= 8
 LAB_MOST   ?= 16
