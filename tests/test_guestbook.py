@@ -204,6 +204,30 @@ def test_remarks_posted_one_after_another_are_all_shown(binary, site,
     assert [t for e in entries for t in tags if t in e] in (tags, tags[::-1])
 
 
+LONG_REMARKS = 40  # remarks of MAX_REMARK three-byte characters: a reply of
+# ~240 KB, many reads
+
+
+def test_page_of_long_remarks_is_framed_whole_twice(binary, site, tmp_path):
+    """40 remarks of 2,000 CJK characters each on a Redis of its own: the
+    page lists all 40, twice in a row. A reply of many long bulk strings
+    arrives in many reads; a reply framed a few bytes short (each string's
+    CRLF not counted) is taken as whole too soon, and what is left of it
+    misframes the next (a 503, or a page short of entries)."""
+    with RedisServer(tmp_path / "redis").start() as redis, \
+            ServerProcess(binary, site, redis.port) as server:
+        tags = [token() for _ in range(LONG_REMARKS)]
+        for tag in tags:
+            remark = tag + "中" * (MAX_REMARK - len(tag))
+            body = "guest-name=x&guest-remarks=" + urllib.parse.quote(remark)
+            assert post_form(server.port, body.encode()).status == 303
+        for _ in range(2):
+            _, entries = get_page(server.port, site)
+            assert len(entries) == LONG_REMARKS, len(entries)
+            assert sorted(t for e in entries for t in tags if t in e) \
+                == sorted(tags)
+
+
 MAX_HEAD = 8192  # request line + headers: the largest head a server takes
 
 
