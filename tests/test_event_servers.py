@@ -108,6 +108,34 @@ def test_a_client_is_accepted_with_its_first_bytes(server):
     assert wait_for_fds(server.pid, baseline) <= baseline
 
 
+
+def test_clients_still_served_after_older_ones_leave(server):
+    # Five keep-alive clients, each answered once; then the three oldest
+    # hang up, one at a time, each close seen by the server before the
+    # next. The two newest, whose entries sit last in the server's own
+    # tables (poll's array: each hole is filled by the last entry), must
+    # still be answered: a removal that drops the last entry instead of
+    # moving it into the hole loses a live client, who waits for ever.
+    baseline = settled(lambda: fd_count(server.pid), "descriptor count")
+    ask = b"GET /no-such-page HTTP/1.1\r\nHost: x\r\n\r\n"
+    clients = [Connection(server.port, timeout=5) for _ in range(5)]
+    try:
+        for conn in clients:
+            conn.send(ask)
+            assert conn.read_response().status == 404
+        for k, conn in enumerate(clients[:3]):
+            conn.close()
+            assert wait_for_fds(server.pid, baseline + 4 - k) \
+                <= baseline + 4 - k, "the server kept a closed client"
+        for _ in range(2):
+            for conn in clients[3:]:
+                conn.send(ask)
+                assert conn.read_response().status == 404
+    finally:
+        for conn in clients:
+            conn.close()
+
+
 # ---- clients that stop halfway ----
 
 def test_readers_that_stop_reading_cost_no_memory_or_time(server, site):
